@@ -1,0 +1,30 @@
+# Two commands do everything on a fresh machine (see README.md):
+#   make demo   set up, then port an example kernel to every target and show the result
+#   make test   set up, then run the test suite
+# Set-up makes .venv (seeing the system's packages, so a GPU machine keeps its own CUDA/ROCm torch)
+# and installs torch==2.13.0 only when no torch is importable: on a CPU machine that is the CPU
+# build from local disk, never a multi-GB CUDA download.
+
+PY ?= python3
+VENV := .venv
+VPY := $(VENV)/bin/python
+export TRITON_DEFAULT_FP_FUSION ?= 1
+
+.PHONY: setup demo test
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv --system-site-packages $(VENV)
+	$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==2.13.0
+	$(VPY) -m pip install -q -e .
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/porter hw list
+	$(VENV)/bin/porter compile examples/rmsnorm/kernel.py::_rmsnorm_fwd_kernel --targets a100,h100,b200,mi300x --constexpr BLOCK_N=4096 --dtype bf16
+	$(VENV)/bin/porter port examples/rmsnorm/spec.py --targets a100,h100,h200,b200,mi300x,m4 --out packs/
+	$(VENV)/bin/porter pack show packs/rmsnorm
+
+test: setup
+	$(VPY) -m pytest -q -n 2 tests

@@ -1,0 +1,192 @@
+"""Run every self-test kernel through the judge and say which stage caught it.
+
+A bad kernel is caught "for the right reason" only when the stage (or guard) that failed it is
+the one it was built for and the failure kind matches (e.g. the unwritten-row kernel must fail on
+NaN poison, not on a numeric mismatch). The correct kernel must pass all five stages.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from harness.check import check
+from harness.selftest.problem import softmax_problem
+
+log = logging.getLogger(__name__)
+
+PASS = "passes all stages"
+# Shape for the speed-of-light case on a GPU: 256 MiB per fp32 tensor, far above any LLC, so the
+# timer uses one input set (every call sees the same buffers, which is what the memoizer needs).
+SOL_SHAPE = (8192, 8192)
+
+
+@dataclass(frozen=True)
+class SelftestRow:
+    """One self-test kernel's verdict.
+
+    `expected_stage` is the stage or guard that must catch it (`PASS` for the good kernel);
+    `caught_by` is what actually failed it (None: nothing did).
+    """
+
+    kernel: str
+    expected_stage: str
+    caught_by: str | None
+    message: str
+    ok: bool
+    expected_reason: str | None = None
+    reason: str | None = None
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class _Case:
+    name: str
+    make: Callable[[ModuleType], Callable[..., Any]]  # builds a fresh candidate (stateful ones)
+    expected_stage: str
+    expected_reason: str | None = None
+
+
+CASES: tuple[_Case, ...] = (
+    _Case("good", lambda k: k.softmax_good, PASS),
+    _Case("bias", lambda k: k.softmax_bias, "smoke", "mismatch"),
+    _Case("unwritten", lambda k: k.softmax_unwritten, "smoke", "nonfinite"),
+    _Case("pow2_only", lambda k: k.softmax_pow2, "odd_sizes"),
+    _Case("nondeterministic", lambda k: k.softmax_noisy, "determinism", "nondeterministic"),
+    _Case("torch_compute", lambda k: k.softmax_torch, "no_torch_compute", "torch_compute"),
+    _Case("early_return", lambda k: k.SoftmaxEarly(), "completion", "early_return"),
+    _Case("memoize", lambda k: k.SoftmaxMemo(), "stale_output", "stale"),
+)
+
+
+def load_kernels(interpret: bool) -> ModuleType:
+    """Import `kernels.py` with TRITON_INTERPRET set for the mode, once per mode.
+
+    @triton.jit decides interpreter-or-compiler when the decorator runs, so the interpreted and
+    the compiled kernels are two module objects under two names.
+    """
+    name = f"harness.selftest._kernels_{'interpreted' if interpret else 'native'}"
+    if name in sys.modules:
+        return sys.modules[name]
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("kernels.py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    return module
+
+
+def resolve_device(device: str | None) -> str:
+    """"cpu" | "cuda"; None or "auto": cuda when torch sees a GPU."""
+    if device in (None, "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in ("cpu", "cuda"):
+        raise ValueError(f"self-test device must be cpu, cuda or auto, got {device!r}")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("self-test device cuda asked for, but torch.cuda.is_available() is False")
+    return device
+
+
+def run(
+    device: str | None = "cpu",
+    *,
+    progress: Callable[[str], None] | None = None,
+    only: tuple[str, ...] | None = None,
+) -> list[SelftestRow]:
+    """Judge every self-test kernel on `device`.
+
+    Args:
+        device: "cpu" (Triton interpreter), "cuda" (real launches, plus the speed-of-light
+            check through harness.timing and harness.roofline), or None/"auto".
+        progress: called with each kernel's name before it is judged.
+        only: restrict to these case names (tests use it to stay fast).
+
+    Returns:
+        One `SelftestRow` per kernel (and, on a GPU, one for the memoizer's timing).
+    """
+    dev = resolve_device(device)
+    interpret = dev == "cpu"
+    kernels = load_kernels(interpret)
+    problem = softmax_problem()
+    rows: list[SelftestRow] = []
+    for case in CASES:
+        if only is not None and case.name not in only:
+            continue
+        if progress is not None:
+            progress(case.name)
+        candidate = case.make(kernels)
+        report = check(problem, candidate, device=dev, interpret=interpret)
+        if hasattr(candidate, "join"):
+            candidate.join()  # no late writer may outlive its case
+        failed = report.failed
+        seconds = sum(s.seconds for s in report.stages)
+        if case.expected_stage == PASS:
+            ok = report.passed
+            message = "all five stages passed" if ok else (failed.message if failed else "incomplete")
+            caught, reason = (None, None) if failed is None else (failed.caught_by, failed.reason)
+        else:
+            caught = None if failed is None else failed.caught_by
+            reason = None if failed is None else failed.reason
+            ok = caught == case.expected_stage and (
+                case.expected_reason is None or reason == case.expected_reason
+            )
+            message = failed.message if failed is not None else "slipped through every stage"
+        rows.append(SelftestRow(case.name, case.expected_stage, caught, message, ok,
+                                case.expected_reason, reason, seconds))
+    if dev == "cuda" and (only is None or "memoize_timing" in only):
+        if progress is not None:
+            progress("memoize_timing")
+        rows.append(_speed_of_light_row(kernels))
+    return rows
+
+
+def _speed_of_light_row(kernels: ModuleType) -> SelftestRow:
+    """Time the memoizer on the GPU; the roofline must flag its time as impossible."""
+    import hwmodels
+
+    from harness import roofline
+    from harness import timing
+
+    name, expected = "memoize_timing", "speed_of_light"
+    detection = hwmodels.detect()
+    hw = detection.model
+    if hw is None:
+        return SelftestRow(name, expected, None, f"no hardware model: {detection.reason}", False)
+    problem = softmax_problem()
+    gen = torch.Generator(device="cuda")
+    gen.manual_seed(int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1))
+    (x,) = problem.make_inputs(SOL_SHAPE, torch.float32, torch.device("cuda"), gen)
+    out = torch.empty_like(x)
+    memo = kernels.SoftmaxMemo()
+    # graph=False: the memoizer launches nothing after the first call, and an empty CUDA graph
+    # is not what we want to time; events around a no-op give the honest "impossibly fast" time.
+    t = timing.bench(lambda a, o: memo(a, out=o), lambda: (x, out), hw=hw, reps=20, warmup=3,
+                     graph=False)
+    assert problem.bytes_moved is not None
+    bytes_moved = problem.bytes_moved((x,), out)
+    # A no-op can time at 0.0 ms on the event clock; the smallest positive time keeps
+    # analyze's "time > 0" rule and is still (correctly) faster than light.
+    time_ms = max(t.median_ms, 1e-6)
+    r = roofline.analyze(bytes_moved, 0, time_ms, hw, torch.float32)
+    message = (f"median {t.median_ms:.4f} ms for {bytes_moved / 1e6:.0f} MB; floor "
+               f"{r.floor_ms:.4f} ms; {r.message}")
+    caught = "speed_of_light" if r.exceeds_speed_of_light else None
+    return SelftestRow(name, expected, caught, message, caught == expected,
+                       "exceeds_speed_of_light", "exceeds_speed_of_light" if caught else None)

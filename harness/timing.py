@@ -1,0 +1,413 @@
+"""Honest GPU timing: device events, flushed caches, rotated inputs, CUDA graphs, interleaving.
+
+What a timed repetition looks like (events mode):
+
+    flush LLC (write a buffer >= 2x the hardware model's last-level cache)
+    start.record(); fn(*args[k]); end.record()          k rotates over K input sets
+
+- Warm-up calls run first (compilation, autotuning, allocator growth are not timed).
+- Only the region between the two events is timed; the flush is outside it.
+- When one input set fits in the LLC, K sets are built with `make_args()` (enough to overflow the
+  LLC together) and used round-robin, so no repetition finds its inputs already cached.
+- Kernels under ~20 us are dominated by launch cost; for them (graph=None) the calls are captured
+  N at a time in a CUDA graph, each replay is timed and divided by N.
+- Async-cheat guard: N back-to-back calls are also timed with a host wall clock between two full
+  `torch.cuda.synchronize()`s. A kernel that does its work on another stream looks fast to events
+  on the current stream but not to the wall clock; such results carry `async_suspect=True`.
+
+On a machine without a GPU every entry point raises `TimingUnavailable`: interpreter timings mean
+nothing, and we do not print them as if they did.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import statistics
+import time
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
+
+import torch
+
+from harness.roofline import derive_bytes
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+
+log = logging.getLogger(__name__)
+
+GRAPH_THRESHOLD_MS = 0.020  # below this, launch overhead dominates events: use CUDA graphs
+GRAPH_TARGET_MS = 1.0  # a captured graph holds enough calls to run about this long
+MAX_GRAPH_CALLS = 200
+MAX_ARG_SETS = 32
+MIN_FLUSH_BYTES = 64 << 20  # even a device with a small LLC gets a meaningful flush
+WALL_CHECK_CALLS = 50
+# The wall-clock check trusts a loop as device-bound when the final synchronize waited for at
+# least this share of the loop's wall time (work still queued after the host finished launching).
+DRAIN_SHARE = 0.25
+# Flag when the wall clock per call exceeds events by this factor AND this absolute amount (the
+# absolute part keeps small launch-bound kernels, whose wall time is host overhead, unflagged).
+ASYNC_RATIO = 2.0
+ASYNC_ABS_MS = 0.010
+
+Mode = Literal["events", "graph"]
+
+
+class TimingUnavailable(RuntimeError):
+    """Timing was asked for where it cannot mean anything (no GPU)."""
+
+
+@dataclass(frozen=True)
+class CallArgs:
+    """Positional and keyword arguments for one call, for `make_args` that need keywords."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Per-call times in milliseconds over `reps` timed repetitions."""
+
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    min_ms: float
+    reps: int
+    mode: Mode
+    notes: tuple[str, ...] = ()
+    samples_ms: tuple[float, ...] = ()  # per repetition, in the order taken
+    wall_ms_per_call: float | None = None  # from the synchronize-bracketed wall-clock check
+    async_suspect: bool = False  # event time far below wall time: work escaping the events
+
+
+@dataclass(frozen=True)
+class Ratio:
+    """Distribution of time(a) / time(b) over per-repetition pairs (< 1: a is faster)."""
+
+    median: float
+    p20: float
+    p80: float
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Interleaved timings of several providers on the same inputs."""
+
+    timings: dict[str, Timing]
+    order: tuple[str, ...]
+
+    def ratio(self, a: str, b: str) -> Ratio:
+        """time(a) / time(b), from the per-repetition pairs (so drift between reps cancels).
+
+        Raises:
+            KeyError: naming the unknown provider and the known ones.
+        """
+        for name in (a, b):
+            if name not in self.timings:
+                raise KeyError(f"Comparison.ratio: no provider {name!r}; have {list(self.order)}")
+        ratios = [x / y for x, y in zip(self.timings[a].samples_ms, self.timings[b].samples_ms,
+                                        strict=True) if y > 0]
+        return Ratio(median=statistics.median(ratios), p20=quantile(ratios, 0.2),
+                     p80=quantile(ratios, 0.8))
+
+    def speedup(self, a: str, over: str) -> Ratio:
+        """How many times faster `a` is than `over`: time(over) / time(a), per-rep pairs."""
+        return self.ratio(over, a)
+
+
+def quantile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated quantile (q in [0, 1]) of a non-empty sequence."""
+    if not values:
+        raise ValueError("quantile of an empty sequence")
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def require_gpu() -> torch.device:
+    """The CUDA/ROCm device to time on.
+
+    Raises:
+        TimingUnavailable: on a machine without a GPU, saying so and where correctness runs.
+    """
+    if not torch.cuda.is_available():
+        raise TimingUnavailable(
+            "timing needs a GPU: torch.cuda.is_available() is False, so this machine has none; "
+            "correctness still runs under the interpreter (porter check --interpret), and "
+            "projections (labelled 'projected') are available without a device")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+# -- cache flushing -------------------------------------------------------------------------
+_flush_buffers: dict[tuple[int, int], torch.Tensor] = {}
+
+
+def flush_bytes(hw: HardwareModel) -> int:
+    """Size of the flush buffer: at least twice the LLC (512 MB for a 256 MB Infinity Cache)."""
+    return max(2 * int(hw.llc_bytes), MIN_FLUSH_BYTES)
+
+
+def _flush_buffer(hw: HardwareModel, device: torch.device) -> torch.Tensor:
+    nbytes = flush_bytes(hw)
+    key = (device.index or 0, nbytes)
+    buf = _flush_buffers.get(key)
+    if buf is None:
+        buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+        _flush_buffers[key] = buf
+    return buf
+
+
+# -- argument sets --------------------------------------------------------------------------
+def _as_call(args: Any) -> CallArgs:
+    if isinstance(args, CallArgs):
+        return args
+    if isinstance(args, tuple):
+        return CallArgs(args)
+    return CallArgs((args,))
+
+
+def arg_sets_needed(set_bytes: int, hw: HardwareModel) -> int:
+    """How many input sets to rotate so that each one is evicted before it comes round again.
+
+    One set when a set alone is at least the LLC size; otherwise enough sets to fill twice the
+    LLC, capped at `MAX_ARG_SETS` (the flush between repetitions still covers the rest).
+    """
+    llc = int(hw.llc_bytes)
+    if set_bytes <= 0 or set_bytes >= llc:
+        return 1
+    return min(MAX_ARG_SETS, math.ceil(2 * llc / set_bytes))
+
+
+def _build_arg_sets(make_args: Callable[[], Any], hw: HardwareModel) -> list[CallArgs]:
+    first = _as_call(make_args())
+    set_bytes = derive_bytes(first.args, tuple(first.kwargs.values()))
+    k = arg_sets_needed(set_bytes, hw)
+    return [first] + [_as_call(make_args()) for _ in range(k - 1)]
+
+
+# -- one provider prepared for timing --------------------------------------------------------
+class _Runner:
+    """Runs one repetition of one provider: a plain call, or a graph replay of N calls."""
+
+    def __init__(self, name: str, fn: Callable[..., Any], sets: list[CallArgs]) -> None:
+        self.name = name
+        self.fn = fn
+        self.sets = sets
+        self.k = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.calls_per_rep = 1
+        self.notes: list[str] = []
+
+    def call(self) -> None:
+        a = self.sets[self.k % len(self.sets)]
+        self.k += 1
+        self.fn(*a.args, **a.kwargs)
+
+    def step(self) -> None:
+        if self.graph is not None:
+            self.graph.replay()
+        else:
+            self.call()
+
+    def capture(self, n_calls: int) -> None:
+        # Warm up on a side stream first, as torch.cuda.graphs requires for lazy init.
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                self.call()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(n_calls):
+                self.call()
+        torch.cuda.synchronize()
+        self.graph = graph
+        self.calls_per_rep = n_calls
+        self.notes.append(f"CUDA graph of {n_calls} calls per replay over {len(self.sets)} "
+                          f"input set(s)")
+
+
+def _estimate_ms(runner: _Runner, calls: int) -> float:
+    """Median event time of single calls (warm cache): used only to choose graph mode."""
+    times = []
+    for _ in range(calls):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        runner.call()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e))
+    return statistics.median(times)
+
+
+def _wall_check(runner: _Runner, event_median_ms: float) -> tuple[float, bool, str | None]:
+    """Time back-to-back calls between full synchronizes; flag events far below the wall clock.
+
+    Only a device-bound loop says anything: if the final synchronize waited for a real backlog
+    (the device drained queued work long after the host finished launching), the wall clock per
+    call is the device's time per call. A launch-bound loop (host slower than the kernels) has
+    almost nothing left to drain, and its high wall time is host overhead, not escaped work.
+    """
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(WALL_CHECK_CALLS):
+        runner.call()
+    t_host = time.perf_counter()
+    torch.cuda.synchronize()
+    t1 = time.perf_counter()
+    wall_total, drain = t1 - t0, t1 - t_host
+    wall = wall_total * 1e3 / WALL_CHECK_CALLS
+    device_bound = drain > DRAIN_SHARE * wall_total
+    suspect = (device_bound and wall > ASYNC_RATIO * event_median_ms
+               and wall - event_median_ms > ASYNC_ABS_MS)
+    note = None
+    if suspect:
+        note = (f"ASYNC SUSPECT: {wall:.4g} ms/call by wall clock (synchronize-bracketed) vs "
+                f"{event_median_ms:.4g} ms by events; work is escaping the timed stream")
+        log.warning("%s: %s", runner.name, note)
+    return wall, suspect, note
+
+
+def _choose_graph(runners: Sequence[_Runner], graph: bool | None, warmup: int) -> int:
+    """Calls per graph replay (0 = events mode) after warming every runner up."""
+    estimates = []
+    for r in runners:
+        for _ in range(warmup):
+            r.call()
+        torch.cuda.synchronize()
+        estimates.append(_estimate_ms(r, 5))
+    if graph is False:
+        return 0
+    fastest = min(estimates)
+    if graph is None and fastest >= GRAPH_THRESHOLD_MS:
+        return 0
+    return max(1, min(MAX_GRAPH_CALLS, math.ceil(GRAPH_TARGET_MS / max(fastest, 1e-4))))
+
+
+def _prepare(fns: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any],
+             hw: HardwareModel, graph: bool | None, warmup: int) -> tuple[list[_Runner], Mode]:
+    sets = _build_arg_sets(make_args, hw)
+    runners = [_Runner(name, fn, sets) for name, fn in fns.items()]
+    n_calls = _choose_graph(runners, graph, warmup)
+    if n_calls == 0:
+        return runners, "events"
+    try:
+        for r in runners:
+            r.capture(n_calls)
+    except Exception as exc:  # capture fails for host syncs, allocations, unsupported ops
+        if graph is True:
+            raise
+        log.warning("CUDA graph capture failed (%s); timing all providers with events", exc)
+        torch.cuda.synchronize()
+        for r in runners:
+            r.graph = None
+            r.calls_per_rep = 1
+            r.notes.append(f"graph capture failed ({type(exc).__name__}: {exc}); events mode, "
+                           "launch overhead included")
+        return runners, "events"
+    return runners, "graph"
+
+
+def _run_interleaved(runners: Sequence[_Runner], hw: HardwareModel, reps: int,
+                     flush: bool, mode: Mode) -> dict[str, Timing]:
+    device = torch.device("cuda", torch.cuda.current_device())
+    buf = _flush_buffer(hw, device) if flush else None
+    events = {r.name: [] for r in runners}
+    for _ in range(reps):
+        for r in runners:
+            if buf is not None:
+                buf.fill_(1)  # a write of the whole buffer evicts everything cached before
+            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            s.record()
+            r.step()
+            e.record()
+            events[r.name].append((s, e))
+    torch.cuda.synchronize()
+    out = {}
+    for r in runners:
+        samples = [s.elapsed_time(e) / r.calls_per_rep for s, e in events[r.name]]
+        med = statistics.median(samples)
+        wall, suspect, note = _wall_check(r, med)
+        notes = list(r.notes)
+        if not flush:
+            notes.append("LLC not flushed between repetitions")
+        if len(r.sets) > 1:
+            notes.append(f"{len(r.sets)} rotating input sets")
+        if note:
+            notes.append(note)
+        out[r.name] = Timing(median_ms=med, p20_ms=quantile(samples, 0.2),
+                             p80_ms=quantile(samples, 0.8), min_ms=min(samples), reps=reps,
+                             mode=mode, notes=tuple(notes), samples_ms=tuple(samples),
+                             wall_ms_per_call=wall, async_suspect=suspect)
+    return out
+
+
+def bench(fn: Callable[..., Any], make_args: Callable[[], Any], *, hw: HardwareModel,
+          reps: int = 100, warmup: int = 10, graph: bool | None = None,
+          flush: bool = True) -> Timing:
+    """Time `fn(*make_args())` on the GPU.
+
+    Args:
+        fn: the callable to time; it must launch its work on the current CUDA stream.
+        make_args: builds one argument set (a tuple, or `CallArgs` for keywords); called K
+            times when one set fits in the LLC, so sets can rotate.
+        hw: the device's hardware model (sizes the flush buffer and input rotation).
+        reps: timed repetitions.
+        warmup: untimed calls first.
+        graph: True forces CUDA-graph mode (raising if capture fails), False forbids it, None
+            uses it for kernels under ~20 us.
+        flush: write a >= 2x LLC buffer before each repetition.
+
+    Returns:
+        `Timing` with median/p20/p80/min per call in ms, the mode, notes and the async flag.
+
+    Raises:
+        TimingUnavailable: on a machine without a GPU.
+    """
+    return compare({"fn": fn}, make_args, hw=hw, reps=reps, warmup=warmup, graph=graph,
+                   flush=flush).timings["fn"]
+
+
+def compare(providers: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any], *,
+            hw: HardwareModel, reps: int = 100, warmup: int = 10, graph: bool | None = None,
+            flush: bool = True) -> Comparison:
+    """Time several providers interleaved (A B C A B C ...) on the same argument sets.
+
+    Each repetition of each provider is preceded by its own flush, so no provider inherits a
+    warm cache from the one before it; machine drift (clocks, temperature) hits all providers
+    alike and cancels in `Comparison.ratio`. All providers use the same mode: graph mode when
+    the fastest is under ~20 us (and graph is not False), so launch overhead is removed for all
+    or none.
+
+    Args:
+        providers: name -> callable, each called as fn(*args) with the same argument sets.
+        make_args: as for `bench`.
+        hw, reps, warmup, graph, flush: as for `bench`.
+
+    Returns:
+        A `Comparison` with one `Timing` per provider.
+
+    Raises:
+        TimingUnavailable: on a machine without a GPU.
+        ValueError: with no providers or reps < 1.
+    """
+    require_gpu()
+    if not providers:
+        raise ValueError("timing.compare: no providers given")
+    if reps < 1:
+        raise ValueError(f"timing.compare: reps must be >= 1, got {reps}")
+    runners, mode = _prepare(providers, make_args, hw, graph, warmup)
+    timings = _run_interleaved(runners, hw, reps, flush, mode)
+    return Comparison(timings=timings, order=tuple(providers))

@@ -1,0 +1,24 @@
+"""Kernel Porter: port one reference kernel to every accelerator you own, with the evidence.
+
+`import porter` stays light: torch and triton load only when something that needs them is used
+(`porter.load_pack` imports the loader on first access).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    from porter.loader import PackedOp
+    from porter.loader import load_pack
+
+__all__ = ["PackedOp", "load_pack"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("load_pack", "PackedOp"):
+        from porter import loader
+
+        return getattr(loader, name)
+    raise AttributeError(f"module 'porter' has no attribute {name!r}")

@@ -1,0 +1,422 @@
+"""Expression emission: evaluate an IR node at symbolic coordinates into Triton (or Metal) code.
+
+A kernel iterates over some index space; each dimension of a node is given a `Coord`, a code
+expression (e.g. `cols`, `r0`, `(8 + cols)`). Index ops only rewrite coordinates (a slice adds
+its start, a cat selects between two masked loads, a gather substitutes the loaded index), so
+they cost no memory traffic; pointwise ops become one line each; loads happen once per
+(node, coordinates) thanks to memoization, which is what fuses the whole graph into one kernel.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import sympy
+import torch
+
+from porter.codegen.errors import UnsupportedOpError
+from porter.codegen.ir import Graph
+from porter.codegen.ir import Node
+from porter.codegen.ir import value_class
+
+
+@dataclass(frozen=True)
+class Coord:
+    """One dimension's index expression; `col` is True when it varies along the tile's columns."""
+
+    expr: str
+    col: bool = False
+
+
+ZERO = Coord("0")
+
+# Triton spelling of each IR pointwise function (arguments already fp32/int/bool values).
+TRITON_FN = {
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    "neg": "(-{0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
+    "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
+    # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
+    "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))",
+    "abs": "tl.abs({0})", "reciprocal": "(1.0 / {0})", "log1p": "tl.log(1.0 + {0})",
+    "expm1": "(tl.exp({0}) - 1.0)", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "exp2": "tl.exp2({0})", "log2": "tl.log2({0})", "floor": "tl.floor({0})",
+    "ceil": "tl.ceil({0})", "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
+    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
+    "gt": "({0} > {1})", "ge": "({0} >= {1})", "and": "({0} & {1})", "or": "({0} | {1})",
+    "where": "tl.where({0}, {1}, {2})", "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
+}
+METAL_FN = {
+    **{k: v for k, v in TRITON_FN.items() if v.startswith("(")},
+    "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})",
+    "erf": "porter_erf({0})", "sigmoid": "(1.0f / (1.0f + exp(-{0})))",
+    "tanh": "precise::tanh({0})", "abs": "fabs({0})", "reciprocal": "(1.0f / {0})",
+    "log1p": "log(1.0f + {0})", "expm1": "(exp({0}) - 1.0f)", "sin": "sin({0})",
+    "cos": "cos({0})", "exp2": "exp2({0})", "log2": "log2({0})", "floor": "floor({0})",
+    "ceil": "ceil({0})", "maximum": "fmax({0}, {1})", "minimum": "fmin({0}, {1})",
+    "and": "({0} && {1})", "or": "({0} || {1})", "where": "({0} ? {1} : {2})",
+    "sign": "sign({0})",
+}
+
+TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
+                torch.float64: "fp64", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16",
+                torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
+METAL_DTYPE = {torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat",
+               torch.int64: "long", torch.int32: "int", torch.bool: "bool", torch.uint8: "uchar",
+               torch.int8: "char", torch.int16: "short"}
+
+
+def sym_to_python(expr: Any, symbols: dict[sympy.Symbol, tuple[int, int]]) -> str:
+    """Print a sympy size expression as Python over `inputs[k].shape[d]` (for launchers)."""
+    expr = sympy.sympify(expr)
+    if expr.is_Integer:
+        return str(int(expr))
+    if expr.is_Symbol:
+        k, d = symbols[expr]
+        return f"inputs[{k}].shape[{d}]"
+    if expr.is_Add:
+        return "(" + " + ".join(sym_to_python(a, symbols) for a in expr.args) + ")"
+    if expr.is_Mul:
+        return "(" + " * ".join(sym_to_python(a, symbols) for a in expr.args) + ")"
+    name = type(expr).__name__
+    if name in ("FloorDiv", "floor") or isinstance(expr, sympy.floor):
+        if name == "FloorDiv":
+            a, b = expr.args
+            return f"({sym_to_python(a, symbols)} // {sym_to_python(b, symbols)})"
+    if name in ("Mod", "PythonMod"):
+        a, b = expr.args
+        return f"({sym_to_python(a, symbols)} % {sym_to_python(b, symbols)})"
+    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
+        return "(" + " * ".join([sym_to_python(expr.base, symbols)] * int(expr.exp)) + ")"
+    raise UnsupportedOpError(f"size expression {expr}", "cannot express it from input sizes")
+
+
+@dataclass
+class KernelArgs:
+    """The runtime arguments one kernel needs, in order, and how the launcher computes each."""
+
+    symbols: dict[sympy.Symbol, tuple[int, int]]
+    params: list[str] = field(default_factory=list)  # kernel parameter names
+    launch_exprs: list[str] = field(default_factory=list)  # python expressions in the launcher
+    kinds: list[str] = field(default_factory=list)  # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32"
+    _sizes: dict[Any, str] = field(default_factory=dict)
+
+    def add(self, name: str, launch: str, kind: str) -> str:
+        if name not in self.params:
+            self.params.append(name)
+            self.launch_exprs.append(launch)
+            self.kinds.append(kind)
+        return name
+
+    def size(self, expr: Any) -> str:
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return str(int(expr))
+        if expr not in self._sizes:
+            self._sizes[expr] = self.add(f"sz{len(self._sizes)}", sym_to_python(expr, self.symbols),
+                                         "i32")
+        return self._sizes[expr]
+
+    def input_ptr(self, k: int) -> str:
+        return self.add(f"in{k}_ptr", f"inputs[{k}]", f"ptr:in{k}")
+
+    def input_stride(self, k: int, d: int) -> str:
+        return self.add(f"in{k}_s{d}", f"inputs[{k}].stride({d})", "i64")
+
+    def output_ptr(self, j: int) -> str:
+        return self.add(f"out{j}_ptr", f"outs[{j}]", f"ptr:out{j}")
+
+    def output_stride(self, j: int, d: int) -> str:
+        return self.add(f"out{j}_s{d}", f"outs[{j}].stride({d})", "i64")
+
+
+class Emitter:
+    """Emits code lines that compute IR nodes at given coordinates inside one kernel body.
+
+    Args:
+        graph: the IR.
+        args: where pointer/stride/size arguments are registered.
+        full_mask / row_mask: mask expressions for loads that vary along columns / only rows.
+        dialect: "triton" or "metal".
+    """
+
+    def __init__(self, graph: Graph, args: KernelArgs, *, full_mask: str = "mask",
+                 row_mask: str = "row_mask", dialect: str = "triton") -> None:
+        self.g = graph
+        self.args = args
+        self.full_mask = full_mask
+        self.row_mask = row_mask
+        self.dialect = dialect
+        self.lines: list[str] = []
+        self.indent = 1
+        self.memo: dict[Any, str] = {}
+        self.reduced: dict[int, str] = {}  # reduce node id -> variable holding its row value
+        self.row_coords: tuple[Coord, ...] = ()  # the kernel's row coordinates (non-reduced dims)
+        self.reduce_dim: int | None = None
+        self.flat = False  # flat elementwise kernel: loads at `offs`
+        self.fixed: dict[int, tuple[tuple[Coord, ...], str]] = {}  # node -> (coords, var): mm acc
+        self._n = 0
+
+    # -- small utilities --------------------------------------------------------------------
+    def emit(self, line: str) -> None:
+        self.lines.append("    " * self.indent + line)
+
+    def tmp(self, expr: str, prefix: str = "v") -> str:
+        self._n += 1
+        name = f"{prefix}{self._n}"
+        if self.dialect == "metal":
+            self.emit(f"auto {name} = {expr};")
+        else:
+            self.emit(f"{name} = {expr}")
+        return name
+
+    def reset(self) -> None:
+        """Forget memoized values (at a loop boundary: loop-body variables do not escape)."""
+        self.memo = {}
+
+    def const(self, value: Any) -> str:
+        if isinstance(value, bool):
+            return ("true" if value else "false") if self.dialect == "metal" else str(value)
+        if isinstance(value, (int, float)):
+            v = float(value) if isinstance(value, float) else value
+            if isinstance(v, float) and (v != v or v in (float("inf"), float("-inf"))):
+                if self.dialect == "metal":
+                    return "NAN" if v != v else ("INFINITY" if v > 0 else "(-INFINITY)")
+                return f"float('{v}')"
+            if self.dialect == "metal" and isinstance(v, float):
+                return f"{v!r}f"
+            return repr(v)
+        if isinstance(value, sympy.Basic):
+            return self.args.size(value)
+        raise UnsupportedOpError(str(value), "a constant of this kind is not covered")
+
+    @staticmethod
+    def broadcast_coords(coords: tuple[Coord, ...], shape: tuple[Any, ...]) -> tuple[Coord, ...]:
+        """Coordinates of an operand of `shape` under numpy broadcasting (size-1 dims -> 0)."""
+        off = len(coords) - len(shape)
+        return tuple(ZERO if shape[j] == 1 else coords[off + j] for j in range(len(shape)))
+
+    def mask_for(self, coords: tuple[Coord, ...], extra: str | None) -> str | None:
+        base = self.full_mask if any(c.col for c in coords) else self.row_mask
+        if extra:
+            return f"({base}) & {extra}" if base else extra
+        return base
+
+    # -- the evaluator ----------------------------------------------------------------------
+    def eval(self, node: Any, coords: tuple[Coord, ...], extra: str | None = None) -> str:
+        """Code expression (usually a variable name) for `node` at `coords`.
+
+        Raises:
+            UnsupportedOpError: an op or indexing pattern this emitter does not cover.
+        """
+        if not isinstance(node, Node):
+            return self.const(node)
+        assert len(coords) == node.rank, (node, coords)
+        key = (node.id, coords, extra)
+        if key in self.memo:
+            return self.memo[key]
+        out = self._eval(node, coords, extra)
+        self.memo[key] = out
+        return out
+
+    def _eval(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:  # noqa: C901
+        if n.id in self.fixed:
+            fixed_coords, var = self.fixed[n.id]
+            if coords != fixed_coords:
+                raise UnsupportedOpError(n.origin, "matmul result re-indexed in the epilogue")
+            return var
+        if n.op == "input":
+            return self.load(n, coords, extra)
+        if n.op == "scalar":
+            return self.const(n.attrs["value"])
+        if n.op == "pw":
+            return self.pointwise(n, coords, extra)
+        if n.op == "reduce":
+            if n.id not in self.reduced:
+                raise UnsupportedOpError(n.origin, "reduction used before it is computed "
+                                         "(reductions along different dims in one graph)")
+            rc = coords
+            if n.attrs["keepdim"] and self.reduce_dim is not None and len(coords) > 0:
+                rc = coords[: self.reduce_dim] + coords[self.reduce_dim + 1:]
+            want = tuple(c for c, s in zip(rc, _row_shape(n), strict=True) if s != 1)
+            have = tuple(c for c, s in zip(self.row_coords, self.row_sizes, strict=True) if s != 1)
+            if rc and want != have:
+                raise UnsupportedOpError(n.origin, "reduction result re-indexed (transposed or "
+                                         "sliced) after the reduction")
+            return self.reduced[n.id]
+        (x, *rest) = n.args
+        if n.op == "expand":
+            return self.eval(x, self.broadcast_coords(coords, x.shape), extra)
+        if n.op == "unsqueeze":
+            d = n.attrs["dim"]
+            return self.eval(x, coords[:d] + coords[d + 1:], extra)
+        if n.op == "squeeze":
+            c = list(coords)
+            for d in sorted(n.attrs["dims"]):
+                c.insert(d, ZERO)
+            return self.eval(x, tuple(c), extra)
+        if n.op == "permute":
+            c: list[Coord] = [ZERO] * x.rank
+            for i, p in enumerate(n.attrs["perm"]):
+                c[p] = coords[i]
+            return self.eval(x, tuple(c), extra)
+        if n.op == "reshape":
+            return self.eval(x, self.reshape_coords(coords, n.shape, x.shape), extra)
+        if n.op == "slice":
+            d, step = n.attrs["dim"], n.attrs["step"]
+            start = self.args.size(n.attrs["start"])
+            c = list(coords)
+            idx = coords[d].expr if step == 1 else f"{coords[d].expr} * {step}"
+            c[d] = Coord(f"({start} + {idx})" if start != "0" else idx, coords[d].col)
+            return self.eval(x, tuple(c), extra)
+        if n.op == "cat":
+            return self.cat(n, coords, extra)
+        if n.op == "gather":
+            d = n.attrs["dim"]
+            idx = self.eval(rest[0], coords, extra)
+            c = list(coords)
+            c[d] = Coord(idx, any(k.col for k in coords))
+            bound = self.args.size(x.shape[d])
+            return self.eval(x, tuple(c), _and(extra, f"({idx} >= 0) & ({idx} < {bound})"))
+        raise UnsupportedOpError(n.origin or n.op, f"IR op {n.op} has no emitter")
+
+    row_sizes: tuple[Any, ...] = ()
+
+    def load(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
+        k = n.attrs["index"]
+        ptr = self.args.input_ptr(k)
+        cls = value_class(n.dtype)
+        if self.flat:
+            # Flat elementwise: every non-scalar tensor is contiguous with the output's shape.
+            scalar = all(s == 1 for s in n.shape)
+            load = f"tl.load({ptr})" if scalar else f"tl.load({ptr} + offs, mask=mask)"
+            return self.tmp(load + (".to(tl.float32)" if cls == "f" else ""), "x")
+        terms_row, terms_col = [], []
+        for d, (c, s) in enumerate(zip(coords, n.shape, strict=True)):
+            if s == 1 or c.expr == "0":
+                continue
+            term = f"{c.expr} * {self.args.input_stride(k, d)}"
+            (terms_col if c.col else terms_row).append(term)
+        used = tuple(c for c, s in zip(coords, n.shape, strict=True) if s != 1 and c.expr != "0")
+        mask = self.mask_for(used, extra) if used else extra
+        if self.dialect == "metal":
+            off = " + ".join(terms_row + terms_col) or "0"
+            val = f"in{k}[{off}]"
+            if mask:
+                val = f"(({mask}) ? {val} : 0)"
+            return self.tmp(f"(float){val}" if cls == "f" else val, "x")
+        addr = " + ".join([ptr] + [f"({t})" for t in terms_row + terms_col])
+        other = ", other=0.0" if cls == "f" else ", other=0"
+        load = f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})"
+        if cls == "f":
+            load += ".to(tl.float32)"
+        return self.tmp(load, "x")
+
+    def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
+        fn = n.attrs["fn"]
+        vals = []
+        for a in n.args:
+            if isinstance(a, Node):
+                vals.append(self.eval(a, self.broadcast_coords(coords, a.shape), extra))
+            else:
+                vals.append(self.const(a))
+        if fn == "cast":
+            src = n.args[0]
+            src_cls = value_class(src.dtype) if isinstance(src, Node) else "f"
+            dst = value_class(n.dtype)
+            if src_cls == dst or src.op == "reduce":
+                # reductions are held in fp32 already; a cast of one to float is a no-op
+                if dst != "f" or src_cls == dst:
+                    return vals[0] if src_cls == dst else self._convert(vals[0], dst)
+                return vals[0]
+            return self._convert(vals[0], dst)
+        if fn == "pow":
+            p = n.args[1]
+            x = vals[0]
+            if p == 2:
+                return self.tmp(f"{x} * {x}")
+            if p == 0.5:
+                return self.tmp(self.fn("sqrt").format(x))
+            if p == 1:
+                return x
+            if p == -1:
+                return self.tmp(self.fn("reciprocal").format(x))
+            if float(p).is_integer() and 0 < p <= 4:
+                return self.tmp(" * ".join([x] * int(p)))
+            exp2 = self.fn("exp2")
+            log2 = self.fn("log2")
+            return self.tmp(exp2.format(f"{log2.format(x)} * {self.const(float(p))}"))
+        if fn == "not":
+            return self.tmp(f"({vals[0]} == 0)" if self.dialect == "triton" else f"(!{vals[0]})")
+        return self.tmp(self.fn(fn).format(*vals))
+
+    def fn(self, name: str) -> str:
+        table = TRITON_FN if self.dialect == "triton" else METAL_FN
+        if name not in table:
+            raise UnsupportedOpError(name, f"pointwise function {name} has no {self.dialect} form")
+        return table[name]
+
+    def _convert(self, val: str, cls: str) -> str:
+        if self.dialect == "metal":
+            return self.tmp({"f": f"(float)({val})", "i": f"(long)({val})", "b": f"({val} != 0)"}[cls])
+        return self.tmp({"f": f"({val}).to(tl.float32)", "i": f"({val}).to(tl.int64)",
+                         "b": f"({val} != 0)"}[cls])
+
+    def cat(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
+        d = n.attrs["dim"]
+        c = coords[d]
+        bounds: list[Any] = [sympy.Integer(0)]
+        for p in n.args:
+            bounds.append(bounds[-1] + p.shape[d])
+        result: str | None = None
+        for i in range(len(n.args) - 1, -1, -1):
+            lo = self.args.size(bounds[i])
+            hi = self.args.size(bounds[i + 1])
+            cond = f"({c.expr} < {hi})"
+            shifted = Coord(f"({c.expr} - {lo})" if lo != "0" else c.expr, c.col)
+            cc = coords[:d] + (shifted,) + coords[d + 1:]
+            m = f"({c.expr} >= {lo})" if lo != "0" else None
+            if i < len(n.args) - 1:
+                m = _and(m, cond)
+            val = self.eval(n.args[i], cc, _and(extra, m))
+            result = val if result is None else self.tmp(self.fn("where").format(cond, val, result))
+        assert result is not None
+        return result
+
+    def reshape_coords(self, coords: tuple[Coord, ...], out_shape: tuple[Any, ...],
+                       in_shape: tuple[Any, ...]) -> tuple[Coord, ...]:
+        """Coordinates in the source of a reshape: cheap when only size-1 dims move."""
+        out_big = [i for i, s in enumerate(out_shape) if s != 1]
+        in_big = [i for i, s in enumerate(in_shape) if s != 1]
+        if [out_shape[i] for i in out_big] == [in_shape[i] for i in in_big]:
+            c = [ZERO] * len(in_shape)
+            for i, o in zip(in_big, out_big, strict=True):
+                c[i] = coords[o]
+            return tuple(c)
+        # General case: through the row-major linear index (div/mod per element).
+        terms = []
+        for i, cd in enumerate(coords):
+            stride = sympy.Mul(*out_shape[i + 1:])
+            if out_shape[i] != 1:
+                terms.append(f"{cd.expr} * {self.args.size(stride)}")
+        lin = self.tmp(" + ".join(terms) or "0", "lin")
+        col = any(c.col for c in coords)
+        out = []
+        for j, s in enumerate(in_shape):
+            stride = self.args.size(sympy.Mul(*in_shape[j + 1:]))
+            out.append(ZERO if s == 1 else Coord(f"({lin} // {stride} % {self.args.size(s)})", col))
+        return tuple(out)
+
+
+def _and(a: str | None, b: str | None) -> str | None:
+    if a and b:
+        return f"{a} & {b}"
+    return a or b
+
+
+def _row_shape(n: Node) -> tuple[Any, ...]:
+    """Shape of a reduce node without its reduced (kept) dims."""
+    if n.attrs["keepdim"]:
+        return tuple(s for i, s in enumerate(n.shape) if i not in n.attrs["dims"])
+    return n.shape

@@ -1,0 +1,110 @@
+"""Classify a traced graph into a template family and work out the rowwise iteration space."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import sympy
+
+from porter.codegen.errors import UnsupportedOpError
+from porter.codegen.ir import Graph
+from porter.codegen.ir import Node
+
+
+@dataclass
+class RowPlan:
+    """A rowwise kernel: iterate rows of `space` (all dims but `dim`), columns along `dim`.
+
+    main: reductions along `dim` in topological order; post: full reductions of row-level
+    values (a second tiny kernel); out_kind[j]: "full" | "row" | "scalar" per output.
+    """
+
+    space: tuple[Any, ...]
+    dim: int
+    main: list[Node] = field(default_factory=list)
+    post: list[Node] = field(default_factory=list)
+    out_kind: list[str] = field(default_factory=list)
+
+    @property
+    def row_dims(self) -> list[int]:
+        return [d for d in range(len(self.space)) if d != self.dim]
+
+    @property
+    def row_shape(self) -> tuple[Any, ...]:
+        return tuple(self.space[d] for d in self.row_dims)
+
+
+def classify(g: Graph) -> str:
+    """'matmul_epilogue' | 'rowwise' | 'elementwise' (raises for what no template covers)."""
+    live = g.live()
+    mms = [n for n in live if n.op == "mm"]
+    reds = [n for n in live if n.op == "reduce"]
+    if mms:
+        if len(mms) > 1:
+            raise UnsupportedOpError("aten.mm", "more than one matmul in one op")
+        if reds:
+            raise UnsupportedOpError("aten.mm", "a matmul together with a reduction")
+        return "matmul_epilogue"
+    return "rowwise" if reds else "elementwise"
+
+
+def _eq(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    return len(a) == len(b) and all(sympy.simplify(x - y) == 0 for x, y in zip(a, b, strict=True))
+
+
+def row_plan(g: Graph) -> RowPlan:
+    """Pick the iteration space and reduction dim; split reductions into main and post.
+
+    Raises:
+        UnsupportedOpError: reductions along different dims, or over several (not all) dims.
+    """
+    live = g.live()
+    reds = [n for n in live if n.op == "reduce"]
+    single = [r for r in reds if len(r.attrs["dims"]) == 1 and r.args[0].rank > 0]
+    if not single and reds:
+        # Only full reductions (torch.sum(x)): reduce the last dim first, then the rows.
+        r = reds[0]
+        x = r.args[0]
+        if x.rank == 0:
+            raise UnsupportedOpError(r.origin, "reduction of a scalar")
+        inner = g.add("reduce", (x,), x.shape[:-1], r.dtype, r.origin, kind=r.attrs["kind"],
+                      dims=(x.rank - 1,), keepdim=False)
+        g.nodes.remove(inner)
+        g.nodes.insert(g.nodes.index(r), inner)
+        r.args = (inner,)
+        r.attrs = {**r.attrs, "dims": tuple(range(inner.rank))}
+        return row_plan(g)
+    if not reds:
+        out = g.outputs[0]
+        plan = RowPlan(out.shape, max(out.rank - 1, 0))
+    else:
+        first = single[0]
+        plan = RowPlan(first.args[0].shape, first.attrs["dims"][0])
+    space, dim = plan.space, plan.dim
+    row_shape = plan.row_shape
+    keep_shape = tuple(1 if i == dim else s for i, s in enumerate(space))
+    for r in reds:
+        x = r.args[0]
+        if len(r.attrs["dims"]) == 1 and _eq(x.shape, space) and r.attrs["dims"][0] == dim:
+            plan.main.append(r)
+        elif (_eq(x.shape, row_shape) or _eq(x.shape, keep_shape)) and len(r.shape) == 0:
+            plan.post.append(r)
+        elif len(r.attrs["dims"]) == x.rank and x.rank > 0 and len(r.shape) == 0 and r in single:
+            plan.post.append(r)
+        else:
+            raise UnsupportedOpError(
+                r.origin, f"reduction over dims {list(r.attrs['dims'])} of shape {list(x.shape)} "
+                f"does not match the row space {list(space)} reduced along dim {dim}")
+    for o in g.outputs:
+        if _eq(o.shape, space):
+            plan.out_kind.append("full")
+        elif _eq(o.shape, row_shape) or (reds and _eq(o.shape, keep_shape)):
+            plan.out_kind.append("row" if reds else "full")
+        elif len(o.shape) == 0 and plan.post:
+            plan.out_kind.append("scalar")
+        else:
+            raise UnsupportedOpError("output", f"output of shape {list(o.shape)} is neither the "
+                                     f"iteration space {list(space)} nor one value per row")
+    return plan

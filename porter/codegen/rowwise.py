@@ -1,0 +1,222 @@
+"""Rowwise kernels (also the tiled form of elementwise ops): bodies for the single-pass, looped
+and post (final scalar reduction) kernels, from a `RowPlan`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import sympy
+
+from porter.codegen.emit import ZERO
+from porter.codegen.emit import Coord
+from porter.codegen.emit import Emitter
+from porter.codegen.emit import KernelArgs
+from porter.codegen.ir import Graph
+from porter.codegen.ir import Node
+from porter.codegen.plan import RowPlan
+
+IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
+COMBINE = {"sum": "{a} + {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
+REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
+
+
+@dataclass
+class RowBodies:
+    single: list[str]
+    looped: list[str]
+    post: list[str] | None
+    row_coord_lines: list[str]
+    online_pairs: list[tuple[int, int]]
+
+
+def _row_coords(plan: RowPlan, args: KernelArgs) -> tuple[list[str], tuple[Coord, ...]]:
+    """Per-row coordinates of each non-reduced dim, from the flat row index (once per row)."""
+    lines, coords = [], []
+    dims = plan.row_dims
+    for i, d in enumerate(dims):
+        size = plan.space[d]
+        if size == 1:
+            coords.append(ZERO)
+            continue
+        inner = sympy.Mul(*[plan.space[e] for e in dims[i + 1:]])
+        expr = "rows" if inner == 1 else f"(rows // {args.size(inner)})"
+        if i > 0:
+            expr = f"({expr} % {args.size(size)})"
+        if expr == "rows":
+            coords.append(Coord("rows"))
+        else:
+            lines.append(f"r{d} = {expr}")
+            coords.append(Coord(f"r{d}"))
+    return lines, tuple(coords)
+
+
+def _full(plan: RowPlan, rc: tuple[Coord, ...]) -> tuple[Coord, ...]:
+    c = list(rc)
+    c.insert(plan.dim, Coord("cols", True))
+    return tuple(c)
+
+
+def _coords_for(plan: RowPlan, node: Node, rc: tuple[Coord, ...]) -> tuple[Coord, ...]:
+    """Row coordinates for a row-level node (shape = rows, or rows with a kept size-1 dim)."""
+    if node.rank == len(plan.space):
+        c = list(rc)
+        c.insert(plan.dim, ZERO)
+        return tuple(c)
+    return rc
+
+
+def _online_pairs(plan: RowPlan) -> dict[int, Node]:
+    """max-reduction id -> the sum of exp(g - max) that can share its loop (online softmax)."""
+    pairs: dict[int, Node] = {}
+    for s in plan.main:
+        e = s.args[0]
+        if s.attrs["kind"] != "sum" or e.op != "pw" or e.attrs["fn"] != "exp":
+            continue
+        sub = e.args[0]
+        if not isinstance(sub, Node) or sub.op != "pw" or sub.attrs["fn"] != "sub":
+            continue
+        g, m = sub.args
+        if isinstance(m, Node) and m.op == "reduce" and m.attrs["kind"] == "max" and \
+                m in plan.main and m.args[0] is g and plan.main.index(m) == plan.main.index(s) - 1:
+            pairs[m.id] = s
+    return pairs
+
+
+def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
+    """Emit the kernel bodies; registers every argument they use in `args`."""
+    coord_lines, rc = _row_coords(plan, args)
+    full = _full(plan, rc)
+    outs = list(zip(g.outputs, plan.out_kind, strict=True))
+
+    def new_emitter() -> Emitter:
+        em = Emitter(g, args)
+        em.row_coords = rc
+        em.row_sizes = plan.row_shape
+        em.reduce_dim = plan.dim
+        return em
+
+    def store_outputs(em: Emitter, kinds: tuple[str, ...]) -> None:
+        for j, (o, kind) in enumerate(outs):
+            if kind not in kinds:
+                continue
+            coords = full if kind == "full" else _coords_for(plan, o, rc)
+            val = em.eval(o, coords)
+            ptr = args.output_ptr(j)
+            terms = [f"({c.expr} * {args.output_stride(j, d)})"
+                     for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
+                     if s != 1 and c.expr != "0"]
+            mask = "mask" if kind == "full" else "row_mask"
+            if kind == "full" and not any(c.col for c in coords if c.expr != "0"):
+                mask = "row_mask"
+            if val[0].isdigit() or val.startswith("float") or val.startswith("-"):
+                val = f"tl.full([ROWS, 1], {val}, tl.float32)"
+            em.emit(f"tl.store({' + '.join([ptr] + terms)}, "
+                    f"({val}).to({ptr}.dtype.element_ty), mask={mask})")
+
+    def store_post_inputs(em: Emitter) -> None:
+        for i, p in enumerate(plan.post):
+            x = p.args[0]
+            val = em.eval(x, _coords_for(plan, x, rc))
+            ptr = args.add(f"tmp{i}_ptr", f"tmps[{i}]", f"ptr:tmp{i}")
+            em.emit(f"tl.store({ptr} + rows, ({val}).to(tl.float32), mask=row_mask)")
+
+    # ---- single pass: every row lives in registers; each load happens once -----------------
+    em = new_emitter()
+    for r in plan.main:
+        v = em.eval(r.args[0], full)
+        kind = r.attrs["kind"]
+        v = f"({v}).to(tl.float32)" if kind == "sum" else v
+        em.reduced[r.id] = em.tmp(
+            f"{REDUCE[kind]}(tl.where(mask, {v}, {IDENTITY[kind]}), axis=1)[:, None]", "red")
+    store_outputs(em, ("full", "row"))
+    store_post_inputs(em)
+    single = em.lines
+
+    # ---- looped: one pass over the row per reduction (max+sum(exp) share one), then outputs --
+    em = new_emitter()
+    pairs = _online_pairs(plan)
+    paired_sums = {s.id for s in pairs.values()}
+    loop_head = ["for start in range(0, n_cols, BLOCK_N):",
+                 "    cols = start + tl.arange(0, BLOCK_N)[None, :]",
+                 "    mask = row_mask & (cols < n_cols)"]
+    online: list[tuple[int, int]] = []
+    for r in plan.main:
+        if r.id in paired_sums:
+            continue
+        kind = r.attrs["kind"]
+        if r.id in pairs:
+            s = pairs[r.id]
+            online.append((r.id, s.id))
+            em.emit(f"m_acc = tl.full([ROWS, BLOCK_N], float('-inf'), tl.float32)")
+            em.emit(f"s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+            for line in loop_head:
+                em.emit(line)
+            em.indent += 1
+            em.reset()
+            gv = em.eval(r.args[0], full)
+            em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
+            em.emit("m_new = tl.maximum(m_acc, g)")
+            # Lanes that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
+            em.emit("safe = m_new > float('-inf')")
+            em.emit("s_acc = tl.where(safe, s_acc * tl.exp(m_acc - m_new) + tl.exp(g - m_new), 0.0)")
+            em.emit("m_acc = m_new")
+            em.indent -= 1
+            em.reset()
+            red_m = em.tmp("tl.max(m_acc, axis=1)[:, None]", "red")
+            em.reduced[r.id] = red_m
+            em.reduced[s.id] = em.tmp(
+                f"tl.sum(tl.where(m_acc > float('-inf'), s_acc * tl.exp(m_acc - {red_m}), 0.0), "
+                "axis=1)[:, None]", "red")
+            continue
+        em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
+        for line in loop_head:
+            em.emit(line)
+        em.indent += 1
+        em.reset()
+        v = em.eval(r.args[0], full)
+        v = f"({v}).to(tl.float32)" if kind == "sum" else v
+        em.emit("acc = " + COMBINE[kind].format(a="acc", b=f"tl.where(mask, {v}, {IDENTITY[kind]})"))
+        em.indent -= 1
+        em.reset()
+        em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
+    if "full" in plan.out_kind:
+        for line in loop_head:
+            em.emit(line)
+        em.indent += 1
+        em.reset()
+        store_outputs(em, ("full",))
+        em.indent -= 1
+        em.reset()
+    store_outputs(em, ("row",))
+    store_post_inputs(em)
+    looped = em.lines
+
+    # ---- post: one program folds the per-row values into the scalar outputs ----------------
+    post = None
+    if plan.post:
+        em = Emitter(g, args)
+        for i, p in enumerate(plan.post):
+            kind = p.attrs["kind"]
+            em.emit(f"pacc{i} = tl.full([BLOCK], {IDENTITY[kind]}, tl.float32)")
+        em.emit("for start in range(0, n_rows, BLOCK):")
+        em.emit("    offs = start + tl.arange(0, BLOCK)")
+        em.emit("    m = offs < n_rows")
+        for i, p in enumerate(plan.post):
+            kind = p.attrs["kind"]
+            em.emit(f"    pacc{i} = " + COMBINE[kind].format(
+                a=f"pacc{i}", b=f"tl.load(tmp{i}_ptr + offs, mask=m, other={IDENTITY[kind]})"))
+        for i, p in enumerate(plan.post):
+            em.reduced[p.id] = em.tmp(f"{REDUCE[p.attrs['kind']]}(pacc{i}, axis=0)", "total")
+        for j, (o, kind) in enumerate(outs):
+            if kind == "scalar":
+                val = em.eval(o, ())
+                ptr = args.output_ptr(j)
+                em.emit(f"tl.store({ptr}, ({val}).to({ptr}.dtype.element_ty))")
+        post = em.lines
+    return RowBodies(single, looped, post, coord_lines, online)
+
+
+def size_exprs(plan: RowPlan) -> tuple[Any, Any]:
+    """(n_rows, n_cols) as sympy expressions."""
+    return sympy.Mul(*plan.row_shape), plan.space[plan.dim] if plan.space else sympy.Integer(1)

@@ -1,0 +1,378 @@
+"""Trace a reference function with make_fx (symbolic sizes) and lower the aten graph to the IR.
+
+Ops that core decompositions leave whole (softmax, log-softmax, layer norm, gelu, vector norm)
+are expanded here into the IR's pointwise and reduction nodes, so every template sees the same
+small vocabulary.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import operator
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Any
+
+import sympy
+import torch
+import torch.fx.experimental._config as fx_config
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from porter.codegen.errors import UnsupportedOpError
+from porter.codegen.ir import Graph
+from porter.codegen.ir import Node
+
+log = logging.getLogger(__name__)
+aten = torch.ops.aten
+
+# Unary pointwise aten ops that map one-to-one onto an IR function name.
+_UNARY = {
+    "neg": "neg", "exp": "exp", "log": "log", "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh",
+    "erf": "erf", "sigmoid": "sigmoid", "abs": "abs", "reciprocal": "reciprocal",
+    "log1p": "log1p", "expm1": "expm1", "sin": "sin", "cos": "cos", "exp2": "exp2",
+    "log2": "log2", "floor": "floor", "ceil": "ceil", "logical_not": "not", "sign": "sign",
+    "bitwise_not": "not",
+}
+_BINARY = {
+    "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum", "eq": "eq",
+    "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "logical_and": "and",
+    "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or", "fmod": "fmod",
+    "remainder": "remainder",
+}
+_IDENTITY = ("clone", "alias", "detach", "lift_fresh_copy", "contiguous", "_to_copy_noop")
+_VIEW = ("view", "_unsafe_view", "reshape")
+
+
+def _expr(v: Any) -> Any:
+    """A SymInt/int/float as a sympy expression (python numbers stay numbers)."""
+    if isinstance(v, torch.SymInt):
+        return v.node.expr
+    if isinstance(v, torch.fx.Node):
+        return _expr(v.meta["val"])
+    return v
+
+
+def _shape(val: Any) -> tuple[Any, ...]:
+    return tuple(_expr(s) for s in val.shape)
+
+
+class _Lowering:
+    """Walks the fx graph once, building IR nodes; `env` maps fx nodes to IR values."""
+
+    def __init__(self) -> None:
+        self.g = Graph()
+        self.env: dict[torch.fx.Node, Any] = {}
+
+    # -- helpers -----------------------------------------------------------------------------
+    def pw(self, fn: str, *args: Any, like: Any, dtype: torch.dtype | None = None,
+           origin: str = "") -> Node:
+        shape = _broadcast([a.shape for a in args if isinstance(a, Node)])
+        if dtype is None:
+            dtype = like.dtype if isinstance(like, Node) else like
+        return self.g.add("pw", args, shape, dtype, origin, fn=fn)
+
+    def reduce(self, kind: str, x: Node, dims: Sequence[int], keepdim: bool, origin: str,
+               dtype: torch.dtype | None = None) -> Node:
+        dims = sorted({d % x.rank for d in dims}) if dims else list(range(x.rank))
+        shape = [1 if i in dims else s for i, s in enumerate(x.shape)]
+        if not keepdim:
+            shape = [s for i, s in enumerate(shape) if i not in dims]
+        return self.g.add("reduce", (x,), tuple(shape), dtype or x.dtype, origin, kind=kind,
+                          dims=tuple(dims), keepdim=keepdim)
+
+    def numel(self, x: Node, dims: Sequence[int]) -> Any:
+        dims = [d % x.rank for d in dims] if dims else list(range(x.rank))
+        return sympy.Mul(*[x.shape[d] for d in dims])
+
+    def mean(self, x: Node, dims: Sequence[int], keepdim: bool, origin: str) -> Node:
+        s = self.reduce("sum", x, dims, keepdim, origin)
+        return self.pw("div", s, self.numel(x, dims), like=s, origin=origin)
+
+    def softmax(self, x: Node, dim: int, log_: bool, origin: str) -> Node:
+        m = self.reduce("max", x, [dim], True, origin)
+        shifted = self.pw("sub", x, m, like=x, origin=origin)
+        e = self.pw("exp", shifted, like=x, origin=origin)
+        s = self.reduce("sum", e, [dim], True, origin)
+        if log_:
+            return self.pw("sub", shifted, self.pw("log", s, like=s, origin=origin), like=x,
+                           origin=origin)
+        return self.pw("div", e, s, like=x, origin=origin)
+
+    def gelu(self, x: Node, approximate: str, origin: str) -> Node:
+        if approximate == "tanh":
+            # 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+            x3 = self.pw("mul", self.pw("mul", x, x, like=x), x, like=x, origin=origin)
+            inner = self.pw("mul", self.pw("add", x, self.pw("mul", x3, 0.044715, like=x), like=x),
+                            math.sqrt(2.0 / math.pi), like=x, origin=origin)
+            t = self.pw("tanh", inner, like=x, origin=origin)
+        else:
+            # 0.5 x (1 + erf(x / sqrt(2)))
+            t = self.pw("erf", self.pw("mul", x, 1.0 / math.sqrt(2.0), like=x), like=x,
+                        origin=origin)
+        return self.pw("mul", self.pw("mul", x, 0.5, like=x),
+                       self.pw("add", t, 1.0, like=x), like=x, origin=origin)
+
+    def var(self, x: Node, dims: Sequence[int], correction: float, keepdim: bool,
+            origin: str) -> tuple[Node, Node]:
+        mu = self.mean(x, dims, True, origin)
+        xc = self.pw("sub", x, mu, like=x, origin=origin)
+        ss = self.reduce("sum", self.pw("mul", xc, xc, like=x), dims, keepdim, origin)
+        v = self.pw("div", ss, self.numel(x, dims) - correction, like=ss, origin=origin)
+        if not keepdim:
+            mu = self.g.add("squeeze", (mu,), v.shape, mu.dtype, origin,
+                            dims=tuple(d % x.rank for d in dims))
+        return v, mu
+
+    # -- the walk ----------------------------------------------------------------------------
+    def run(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Graph:
+        placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+        for i, (ph, ex) in enumerate(zip(placeholders, example_inputs, strict=True)):
+            if isinstance(ex, torch.Tensor):
+                val = ph.meta["val"]
+                node = self.g.add("input", (), _shape(val), val.dtype, "input", index=i)
+                for d, s in enumerate(node.shape):
+                    if isinstance(s, sympy.Symbol) and s not in self.g.symbols:
+                        self.g.symbols[s] = (i, d)
+                self.g.inputs.append(node)
+                self.env[ph] = node
+            else:
+                self.g.inputs.append(None)
+                self.g.scalar_args[i] = ex
+                self.env[ph] = ex
+        for n in gm.graph.nodes:
+            if n.op == "call_function":
+                self.env[n] = self.lower(n)
+            elif n.op == "output":
+                outs = n.args[0]
+                self.g.tuple_output = isinstance(outs, (tuple, list))
+                outs = list(outs) if self.g.tuple_output else [outs]
+                for o in outs:
+                    v = self.env[o]
+                    if not isinstance(v, Node):
+                        raise UnsupportedOpError("output", "an output is not a tensor")
+                    self.g.outputs.append(v)
+        return self.g
+
+    def arg(self, a: Any) -> Any:
+        if isinstance(a, torch.fx.Node):
+            v = self.env.get(a)
+            return _expr(a.meta["val"]) if v is None and "val" in a.meta else v
+        if isinstance(a, (list, tuple)):
+            return type(a)(self.arg(x) for x in a)
+        return _expr(a)
+
+    def lower(self, n: torch.fx.Node) -> Any:  # noqa: C901 - one dispatch table, flat
+        target = n.target
+        origin = str(target)
+        args = [self.arg(a) for a in n.args]
+        kw = {k: self.arg(v) for k, v in n.kwargs.items()}
+        val = n.meta.get("val")
+        if target is operator.getitem:
+            return args[0][args[1]]
+        if not isinstance(target, torch._ops.OpOverload):
+            # Python arithmetic on sizes (x.shape[-1] // 2): the symbolic value is all we need.
+            if isinstance(val, (torch.SymInt, int, float)):
+                return _expr(val)
+            raise UnsupportedOpError(origin, "only aten ops and size arithmetic are traced")
+        name = target._schema.name.split("::")[-1].rstrip("_")
+        if isinstance(val, torch.Tensor) and val.dtype.is_complex:
+            raise UnsupportedOpError(origin, "complex tensors are not covered")
+        if name == "sym_size":
+            return _expr(val)
+        if name in _IDENTITY:
+            return args[0]
+        x = args[0] if args else None
+        if name in ("_to_copy", "convert_element_type", "to"):
+            dtype = kw.get("dtype") or (args[1] if len(args) > 1 else val.dtype)
+            if not isinstance(dtype, torch.dtype):
+                dtype = val.dtype
+            return self.pw("cast", x, like=dtype, origin=origin)
+        if name == "scalar_tensor":
+            return self.g.add("scalar", (), (), val.dtype, origin, value=args[0])
+        if name in ("full", "full_like") and len(val.shape) == 0:
+            return self.g.add("scalar", (), (), val.dtype, origin, value=args[1])
+        if name in ("add", "sub", "rsub"):
+            alpha = kw.get("alpha", 1)
+            a, b = args[0], args[1]
+            if alpha != 1:
+                b = self.pw("mul", b, alpha, like=val.dtype) if isinstance(b, Node) else b * alpha
+            fn = "add" if name == "add" else "sub"
+            if name == "rsub":
+                a, b = b, a
+            return self.pw(fn, a, b, like=val.dtype, origin=origin)
+        if name in _UNARY:
+            return self.pw(_UNARY[name], x, like=val.dtype, origin=origin)
+        if name in _BINARY:
+            if name == "div" and kw.get("rounding_mode") is not None:
+                raise UnsupportedOpError(origin, "rounding division is not covered")
+            return self.pw(_BINARY[name], args[0], args[1], like=val.dtype, origin=origin)
+        if name == "pow":
+            if not isinstance(args[1], (int, float)):
+                raise UnsupportedOpError(origin, "only a constant exponent is covered")
+            return self.pw("pow", x, float(args[1]), like=val.dtype, origin=origin)
+        if name == "relu":
+            return self.pw("maximum", x, 0.0, like=val.dtype, origin=origin)
+        if name == "silu":
+            return self.pw("mul", x, self.pw("sigmoid", x, like=x), like=x, origin=origin)
+        if name == "gelu":
+            return self.gelu(x, kw.get("approximate", "none"), origin)
+        if name in ("clamp", "clamp_min", "clamp_max", "hardtanh"):
+            lo = args[1] if len(args) > 1 else kw.get("min")
+            hi = args[2] if len(args) > 2 else kw.get("max")
+            if name == "clamp_max":
+                lo, hi = None, args[1]
+            if name == "hardtanh":
+                lo, hi = (args[1] if len(args) > 1 else -1.0), (args[2] if len(args) > 2 else 1.0)
+            out = x
+            if lo is not None:
+                out = self.pw("maximum", out, lo, like=val.dtype, origin=origin)
+            if hi is not None:
+                out = self.pw("minimum", out, hi, like=val.dtype, origin=origin)
+            return out
+        if name == "where":
+            return self.pw("where", *args[:3], like=val.dtype, origin=origin)
+        if name in ("sum", "amax", "amin", "max", "min", "mean") and isinstance(val, torch.Tensor):
+            if name in ("max", "min") and len(args) == 1:
+                dims, keep = [], False
+            elif name in ("max", "min"):
+                raise UnsupportedOpError(origin, "max/min with indices is not covered; use amax")
+            else:
+                dims = args[1] if len(args) > 1 and args[1] is not None else kw.get("dim", [])
+                dims = [dims] if isinstance(dims, int) else list(dims or [])
+                keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+            if name == "mean":
+                return self.mean(x, dims, keep, origin)
+            kind = {"sum": "sum", "amax": "max", "max": "max", "amin": "min", "min": "min"}[name]
+            xin = x if x.dtype.is_floating_point or kind != "sum" else self.pw(
+                "cast", x, like=val.dtype)
+            return self.reduce(kind, xin, dims, keep, origin, dtype=val.dtype)
+        if name in ("var", "var_mean", "std"):
+            dims = args[1] if len(args) > 1 else kw.get("dim")
+            dims = list(dims) if dims else []
+            corr = kw.get("correction", 1)
+            corr = 1 if corr is None else corr
+            v, mu = self.var(x, dims, float(corr), bool(kw.get("keepdim", False)), origin)
+            if name == "std":
+                return self.pw("sqrt", v, like=v, origin=origin)
+            return (v, mu) if name == "var_mean" else v
+        if name == "linalg_vector_norm":
+            ordv = args[1] if len(args) > 1 else kw.get("ord", 2)
+            dims = args[2] if len(args) > 2 else kw.get("dim")
+            keep = bool(args[3] if len(args) > 3 else kw.get("keepdim", False))
+            dims = list(dims) if dims else []
+            if ordv == 2:
+                s = self.reduce("sum", self.pw("mul", x, x, like=x), dims, keep, origin)
+                return self.pw("sqrt", s, like=s, origin=origin)
+            if ordv == 1:
+                return self.reduce("sum", self.pw("abs", x, like=x), dims, keep, origin)
+            if ordv == math.inf:
+                return self.reduce("max", self.pw("abs", x, like=x), dims, keep, origin)
+            raise UnsupportedOpError(origin, f"vector norm of order {ordv} is not covered")
+        if name in ("_softmax", "_log_softmax", "softmax", "log_softmax"):
+            out = self.softmax(x, args[1], name.endswith("log_softmax"), origin)
+            return out if out.dtype == val.dtype else self.pw("cast", out, like=val.dtype)
+        if name == "native_layer_norm":
+            norm_shape, w, b, eps = args[1], args[2], args[3], args[4]
+            if len(norm_shape) != 1:
+                raise UnsupportedOpError(origin, "layer norm over more than one dim is not covered")
+            v, mu = self.var(x, [-1], 0.0, True, origin)
+            rstd = self.pw("rsqrt", self.pw("add", v, eps, like=v), like=v, origin=origin)
+            y = self.pw("mul", self.pw("sub", x, mu, like=x), rstd, like=x, origin=origin)
+            if w is not None:
+                y = self.pw("mul", y, w, like=x, origin=origin)
+            if b is not None:
+                y = self.pw("add", y, b, like=x, origin=origin)
+            return (y, mu, rstd)
+        if name == "expand":
+            return self.g.add("expand", (x,), _shape(val), val.dtype, origin)
+        if name == "unsqueeze":
+            return self.g.add("unsqueeze", (x,), _shape(val), val.dtype, origin,
+                              dim=args[1] % (x.rank + 1))
+        if name == "squeeze":
+            dims = args[1] if len(args) > 1 else list(range(x.rank))
+            dims = [dims] if isinstance(dims, int) else list(dims)
+            dims = tuple(d % x.rank for d in dims if x.shape[d % x.rank] == 1)
+            return self.g.add("squeeze", (x,), _shape(val), val.dtype, origin, dims=dims)
+        if name in ("permute", "t", "transpose", "numpy_T"):
+            if name == "permute":
+                perm = [d % x.rank for d in args[1]]
+            else:
+                perm = list(range(x.rank))
+                d0, d1 = (args[1] % x.rank, args[2] % x.rank) if name == "transpose" else (0, 1)
+                if x.rank >= 2:
+                    perm[d0], perm[d1] = perm[d1], perm[d0]
+            return self.g.add("permute", (x,), _shape(val), val.dtype, origin, perm=tuple(perm))
+        if name in _VIEW:
+            return self.g.add("reshape", (x,), _shape(val), val.dtype, origin)
+        if name == "slice":
+            dim = (args[1] if len(args) > 1 else 0) % x.rank
+            start = args[2] if len(args) > 2 and args[2] is not None else 0
+            step = args[4] if len(args) > 4 else 1
+            if isinstance(start, int) and start < 0:
+                start = x.shape[dim] + start
+            return self.g.add("slice", (x,), _shape(val), val.dtype, origin, dim=dim,
+                              start=sympy.sympify(start), step=step)
+        if name == "cat":
+            parts = [p for p in args[0] if isinstance(p, Node)]
+            dim = (args[1] if len(args) > 1 else 0) % parts[0].rank
+            return self.g.add("cat", tuple(parts), _shape(val), val.dtype, origin, dim=dim)
+        if name == "gather":
+            return self.g.add("gather", (x, args[2]), _shape(val), val.dtype, origin,
+                              dim=args[1] % x.rank)
+        if name == "mm":
+            return self.g.add("mm", (args[0], args[1]), _shape(val), val.dtype, origin)
+        if name == "addmm":
+            beta, alpha = kw.get("beta", 1), kw.get("alpha", 1)
+            mm = self.g.add("mm", (args[1], args[2]), _shape(val), val.dtype, origin)
+            acc = mm if alpha == 1 else self.pw("mul", mm, alpha, like=mm, origin=origin)
+            bias = args[0] if beta == 1 else self.pw("mul", args[0], beta, like=mm)
+            return self.pw("add", acc, bias, like=mm, origin=origin)
+        raise UnsupportedOpError(origin, "no template covers this aten op")
+
+
+def _broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:
+    rank = max((len(s) for s in shapes), default=0)
+    out: list[Any] = []
+    for i in range(rank):
+        size: Any = sympy.Integer(1)
+        for s in shapes:
+            j = i - (rank - len(s))
+            if j >= 0 and s[j] != 1:
+                size = s[j]
+        out.append(size)
+    return tuple(out)
+
+
+def trace(reference: Callable[..., Any], example_inputs: Sequence[Any]) -> Graph:
+    """Trace `reference(*example_inputs)` with symbolic sizes and lower it to the IR.
+
+    Args:
+        reference: a plain function of tensors and python scalars.
+        example_inputs: one set of arguments (python scalars are baked into the kernel).
+
+    Returns:
+        The IR graph, its sizes symbolic in the input sizes.
+
+    Raises:
+        UnsupportedOpError: an aten op (or pattern) no template covers.
+    """
+    decomps = core_aten_decompositions()
+    # Keep these whole: the lowering expands them itself into reductions the templates fuse.
+    for op in (aten.gelu.default, aten._softmax.default, aten._log_softmax.default,
+               aten.native_layer_norm.default, aten.linalg_vector_norm.default,
+               aten.addmm.default, aten.var_mean.correction, aten.var.correction):
+        decomps.pop(op, None)
+    # Distinct symbols for equal example sizes: a square example must not make the kernel
+    # assume M == N for every later shape.
+    with fx_config.patch(use_duck_shape=False):
+        try:
+            gm = make_fx(reference, decomposition_table=decomps, tracing_mode="symbolic")(
+                *example_inputs)
+        except UnsupportedOpError:
+            raise
+        except Exception as exc:  # make_fx failures come from deep inside torch; name them
+            raise UnsupportedOpError(getattr(reference, "__name__", "reference"),
+                                     f"tracing with make_fx failed: {exc}") from exc
+    return _Lowering().run(gm, example_inputs)

@@ -1,0 +1,148 @@
+"""`porter bench SPEC`: time the ported kernel beside eager and torch.compile on this GPU.
+
+On a GPU: the generated kernel (its default config for the detected device, or the best
+config recorded in a results store given with --store) vs the spec's reference (eager) vs
+torch.compile(reference), interleaved through harness.bench_op, with GB/s, % of measured and
+datasheet peak, speedups, and the projection for this device beside the measurement with its
+error. Without a GPU nothing is timed: CPU numbers would mean nothing for a GPU kernel; the
+projected times for --target (or the detected device, or every known device) are shown,
+labelled projected.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+import torch
+
+from porter.commands._common import Exit
+from porter.commands._common import dtype_name
+from porter.commands._common import fail
+from porter.commands._common import generated_candidate
+from porter.commands._common import generated_module
+from porter.commands._common import meta_costs
+from porter.commands._common import parse_dtypes
+from porter.commands._common import parse_shape
+from porter.commands._common import rows_of
+from porter.commands._common import set_interpreter
+from porter.errors import PorterError
+
+BASELINES = ("eager", "compile")
+
+
+@click.command("bench")
+@click.argument("spec_path", metavar="SPEC", type=click.Path())
+@click.option("--baselines", default="eager,compile", show_default=True, help="comma list of eager, compile.")
+@click.option("--shape", "shape_texts", multiple=True, help="e.g. 4096x4096 (repeatable; default: the spec's).")
+@click.option("--dtype", "dtype_names", multiple=True, help="fp32, fp16, bf16 (default: the spec's first).")
+@click.option("--reps", default=100, show_default=True, type=click.IntRange(min=1), help="timed repetitions.")
+@click.option("--target", default=None, help="hardware model to project for when there is no GPU.")
+@click.option("--store", "store_path", default=None, type=click.Path(),
+              help="results store (SQLite) whose best recorded config is used for the kernel.")
+def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtype_names: tuple[str, ...],
+              reps: int, target: str | None, store_path: str | None) -> None:
+    """Benchmark the ported kernel for SPEC against eager and torch.compile."""
+    try:
+        base = tuple(b.strip() for b in baselines.split(",") if b.strip())
+        bad = [b for b in base if b not in BASELINES]
+        if bad:
+            raise click.BadParameter(f"unknown baseline(s) {bad}; choose from {', '.join(BASELINES)}",
+                                     param_hint="--baselines")
+        shapes = tuple(parse_shape(s) for s in shape_texts) or None
+        code = run_bench(spec_path, baselines=base, shapes=shapes, dtypes=parse_dtypes(dtype_names),
+                         reps=reps, target=target, store_path=store_path)
+    except click.BadParameter as exc:
+        fail(exc.format_message())
+    except PorterError as exc:
+        fail(str(exc))
+    raise SystemExit(int(code))
+
+
+def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None,
+              dtypes: tuple[torch.dtype, ...] | None, reps: int, target: str | None,
+              store_path: str | None) -> Exit:
+    """Benchmark (GPU) or project (CPU) and print. Returns the exit code; raises PorterError."""
+    import hwmodels
+    from porter.spec import load_spec
+
+    has_gpu = torch.cuda.is_available()
+    set_interpreter(False)
+    spec = load_spec(spec_path)
+    shapes = shapes or spec.shapes
+    dts = dtypes or spec.dtypes[:1]
+    if not has_gpu:
+        return _project_only(spec, shapes, dts, target)
+
+    detection = hwmodels.detect()
+    hw = hwmodels.get(target) if target else detection.model
+    if hw is None:
+        raise PorterError(f"GPU {detection.device_name!r} has no hardware model ({detection.reason}); "
+                          "pass --target with the nearest known device")
+    op, module = generated_module(spec, interpret=False)
+    config = _stored_config(store_path, spec.name, hw.name)
+    providers: dict[str, Any] = {"ported": generated_candidate(module, config)}
+    if "eager" in baselines:
+        providers["eager"] = spec.reference
+    if "compile" in baselines:
+        providers["compile"] = torch.compile(spec.reference)
+
+    from harness.bench_op import bench_op
+    from harness.bench_op import format_table
+    from harness.projection import error_pct
+    from harness.projection import project
+
+    rows = bench_op(spec.problem(), providers, hw=hw, shapes=shapes, dtypes=dts, reps=reps,
+                    baselines=[b for b in baselines if b in providers])
+    click.echo(f"{spec.name} on {hw.name} ({detection.device_name}); config: "
+               f"{'best recorded in ' + str(store_path) if config is not None else 'default for this device'}")
+    click.echo(format_table(rows))
+    click.echo("\nprojection vs measurement (ported kernel; grid assumed one program per row):")
+    for row in rows:
+        if row.provider != "ported" or row.median_ms is None:
+            continue
+        dtype = next(d for d in dts if dtype_name(d) == row.dtype) if row.dtype in {dtype_name(d) for d in dts} else dts[0]
+        proj = project(row.bytes_moved, row.flops, hw, dtype, grid=rows_of(row.shape))
+        click.echo(f"  {'x'.join(map(str, row.shape)):>16} {row.dtype}: measured {row.median_ms:.4f} ms, "
+                   f"projected {proj.time_ms:.4f} ms ({proj.bound}-bound), error {error_pct(proj, row.median_ms):+.1f}%")
+    return Exit.OK
+
+
+def _stored_config(store_path: str | None, op: str, device: str) -> Any:
+    if store_path is None:
+        return None
+    from harness.store import ResultsStore
+
+    record = ResultsStore(store_path).best(op, device)
+    return None if record is None else getattr(record, "config", None)
+
+
+def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[torch.dtype, ...],
+                  target: str | None) -> Exit:
+    import hwmodels
+    from harness.projection import project
+
+    click.echo("No GPU on this machine: timing needs a GPU (CUDA events on the device; CPU wall-clock "
+               "numbers would say nothing about a GPU kernel). Nothing was measured.")
+    if target:
+        models = [hwmodels.get(target)]
+    else:
+        detected = hwmodels.detect().model
+        models = [detected] if detected is not None else hwmodels.all_models()
+    click.echo("Projected times instead (labelled projected; from bytes/FLOPs and the hardware model, "
+               "grid assumed one program per row):")
+    for hw in models:
+        for shape in shapes:
+            for dtype in dts:
+                nbytes, flops = meta_costs(spec, shape, dtype)
+                try:
+                    proj = project(nbytes, flops, hw, dtype, grid=rows_of(shape))
+                except ValueError as exc:  # e.g. a device with no FLOP rate for this dtype
+                    click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} {dtype_name(dtype)}: "
+                               f"no projection ({exc})")
+                    continue
+                gbps = nbytes / (proj.time_ms * 1e-3) / 1e9
+                click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} {dtype_name(dtype)}: "
+                           f"{proj.time_ms:9.4f} ms projected ({proj.bound}-bound, {nbytes / 1e6:.1f} MB, "
+                           f"{gbps:.0f} GB/s)")
+    return Exit.OK

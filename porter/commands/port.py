@@ -1,0 +1,82 @@
+"""`porter port SPEC --targets ... --out packs/`: port an op to every target, write its pack."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+import click
+
+DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
+
+
+@click.command("port")
+@click.argument("spec", type=click.Path(dir_okay=False))
+@click.option("--targets", default=DEFAULT_TARGETS, show_default=True,
+              help="Comma-separated hardware-model names or aliases.")
+@click.option("--out", "out_dir", default="packs", show_default=True, type=click.Path(),
+              help="Packs folder; the pack goes to OUT/<op>/.")
+@click.option("--run-dir", type=click.Path(file_okay=False), default=None,
+              help="Run directory (default runs/<new id>); an existing one is continued.")
+@click.option("--max-variants", type=click.IntRange(min=1), default=None,
+              help="Candidates per target, bucket and dtype (default: 3 on a CPU, all on a GPU).")
+@click.option("--max-checks", type=click.IntRange(min=0), default=None,
+              help="Interpreted correctness checks per run (default: 6 on a CPU).")
+@click.option("--store", "store_path", type=click.Path(dir_okay=False), default=None,
+              help="Results store (default runs/results.sqlite).")
+@click.option("--no-resume", is_flag=True, help="Start the run's ledger afresh.")
+@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_variants: int | None,
+             max_checks: int | None, store_path: str | None, no_resume: bool,
+             verbose: bool) -> None:
+    """Port SPEC (an op spec or a KernelBench file) to every target and write its kernel pack."""
+    from tabulate import tabulate
+
+    from porter.errors import PorterError
+    from porter.port import DEFAULT_RUNS_DIR
+    from porter.port import new_run_id
+    from porter.port import port
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    rd = Path(run_dir) if run_dir else DEFAULT_RUNS_DIR / new_run_id()
+    click.echo(f"run dir: {rd}")
+    try:
+        result = port(spec, names, out_dir, run_dir=rd, resume=not no_resume,
+                      max_variants=max_variants, max_checks=max_checks, store_path=store_path,
+                      progress=lambda line: click.echo(line))
+    except PorterError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: everything judged so far is in {rd / 'ledger.jsonl'}; "
+                   f"continue with --run-dir {rd}", err=True)
+        sys.exit(130)
+
+    rows = []
+    for tr in result.targets:
+        first = tr.choices[0] if tr.choices else None
+        n = first.numbers if first else {}
+        t = n.get("time_ms")
+        time_txt = "-" if t is None else f"{t * 1e3:.1f} us {n.get('label', '')}"
+        if t is not None and n.get("p20_ms") is not None:
+            time_txt += f" (p20-p80 {n['p20_ms'] * 1e3:.1f}-{n['p80_ms'] * 1e3:.1f})"
+        pct = n.get("pct_of_peak")
+        notes = list(tr.notes)
+        if first is not None:
+            notes.insert(0, f"{first.bucket}/{first.dtype}; {len(tr.choices)} bucket(s)")
+        cfg = " ".join(f"{k}={v}" for k, v in first.config.items()) if first else "-"
+        rows.append([tr.target, tr.backend, tr.tier, cfg, time_txt,
+                     "-" if pct is None else f"{pct:.0f}%", "; ".join(notes)])
+    click.echo("")
+    click.echo(tabulate(rows, headers=["target", "backend", "tier reached", "best config",
+                                       "time", "% of peak", "notes"],
+                        maxcolwidths=[None, None, None, 40, None, None, 60]))
+    click.echo(f"interpreted checks: {result.checks_run} run, {result.checks_shared} shared "
+               "across targets (same kernel body + config)")
+    click.echo(f"ledger: {result.run_dir / 'ledger.jsonl'}; results: "
+               f"{result.run_dir / 'bench_results.csv'}")
+    if result.pack_path is not None:
+        click.echo(f"pack: {result.pack_path}")

@@ -1,0 +1,34 @@
+"""One catalog of the errors a user can meet. Each says what failed and how to fix it.
+
+The CLI turns any `PorterError` into a one-paragraph message and a non-zero exit code,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+
+class PorterError(Exception):
+    """Base of every user-facing error raised by the porter."""
+
+
+class SpecError(PorterError):
+    """An op spec or KernelBench file cannot be used; the message names the file and the problem.
+
+    Args:
+        path: the spec file (or "<name>" for a spec built in code).
+        problem: what is wrong, e.g. "no reference: define `reference(*inputs)`".
+        hint: optional how-to-fix sentence appended to the message.
+    """
+
+    def __init__(self, path: object, problem: str, hint: str = "") -> None:
+        self.path = str(path)
+        self.problem = problem
+        self.hint = hint
+        message = f"{self.path}: {problem}"
+        if hint:
+            message += f" ({hint})"
+        super().__init__(message)
+
+
+class KernelUnavailableError(PorterError):
+    """A kernel the user asked for cannot be produced or loaded (no codegen, no TRITON_KERNEL)."""

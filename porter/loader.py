@@ -1,0 +1,349 @@
+"""Load a kernel pack and run the right kernel for the device at hand, or the reference.
+
+`load_pack(path)` returns a `PackedOp`, a callable with the op's signature. On every call it
+picks the pack entry for the device the inputs live on and the config for their shape bucket and
+dtype, and runs that kernel. It never silently runs a kernel that was not verified for the device:
+
+- on a GPU the entry must be for the detected device (hwmodels.detect) and must have reached at
+  least the interpreted tier (correctness stages passed; "measured" = also timed on the device).
+  An entry that was only compiled, or none for this device, means the reference runs instead.
+- on a CPU the kernel runs under the Triton interpreter, and only when the entry reached the
+  interpreted tier; the loader says plainly that this is the interpreter (correct, not fast).
+- file hashes are verified against the manifest before a kernel is loaded; a changed file is
+  refused with `PackIntegrityError` naming it.
+
+Each fallback to the reference is announced by exactly one `PackFallbackWarning` per reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import logging
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from porter.pack import bucket_distance
+from porter.pack import entry_files
+from porter.pack import read_manifest
+from porter.pack import shape_bucket
+from porter.pack import tier_rank
+from porter.pack import verify_files
+
+log = logging.getLogger(__name__)
+
+_DTYPE_NAMES = {
+    torch.float32: "fp32",
+    torch.float16: "fp16",
+    torch.bfloat16: "bf16",
+    torch.float64: "fp64",
+}
+_LIB_NAMESPACE = "kernel_porter"
+
+
+class PackFallbackWarning(UserWarning):
+    """The reference runs instead of a packed kernel; the message says why."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one call would run: an entry's bucket, or the reference (entry is None)."""
+
+    target: str | None
+    bucket: dict[str, Any] | None
+    interpret: bool
+    reason: str  # why this choice (or why the fallback)
+
+    @property
+    def runs_kernel(self) -> bool:
+        return self.bucket is not None
+
+
+@contextlib.contextmanager
+def _interpreter_env(on: bool) -> Iterator[None]:
+    """Keep TRITON_INTERPRET set while interpreted kernels are imported and run."""
+    if not on:
+        yield
+        return
+    old = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = old
+
+
+def _import_file(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path}: cannot be imported as a module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # triton.jit looks its function's module up while decorating
+    spec.loader.exec_module(module)
+    return module
+
+
+class PackedOp:
+    """A packed op: call it like the reference; `describe()` says what would run."""
+
+    def __init__(self, path: str | Path, *, device: str | None = None) -> None:
+        """See `load_pack`."""
+        self.path = Path(path)
+        self.manifest = read_manifest(self.path)
+        self.op: str = self.manifest["op"]
+        self._warned: set[str] = set()
+        self._modules: dict[tuple[str, bool], ModuleType] = {}
+        self._lock = threading.Lock()
+        self._gpu_target, self._detect_reason = self._resolve_device(device)
+        self._cpu_target = device if device and self._entry(device) is not None else None
+        # Verify every file this process could run before anything runs: a tampered pack fails
+        # at load time, naming the file, not in the middle of a model.
+        verify_files(self.path, self.manifest, [self.manifest["reference"]["file"]])
+        for entry in self.manifest["entries"]:
+            runnable_on_cpu = (entry["target"] == self._cpu_target if self._cpu_target
+                               else self._cpu_eligible(entry))
+            if entry["target"] == self._gpu_target or runnable_on_cpu:
+                verify_files(self.path, self.manifest, entry_files(entry))
+        self.reference = self._load_reference()
+
+    # -- device and entry selection -------------------------------------------------------
+    def _resolve_device(self, device: str | None) -> tuple[str | None, str]:
+        if device is not None and device.lower() != "cpu":
+            import hwmodels
+
+            return hwmodels.get(device).name, f"device={device!r} given"
+        if device is not None:
+            return None, "device='cpu' given"
+        import hwmodels
+
+        det = hwmodels.detect()
+        if det.model is None:
+            return None, f"no known GPU detected ({det.reason})"
+        return det.model.name, f"detected {det.model.name} via {det.via}"
+
+    def _entry(self, target: str) -> dict[str, Any] | None:
+        return next((e for e in self.manifest["entries"] if e["target"] == target), None)
+
+    @staticmethod
+    def _cpu_eligible(entry: dict[str, Any]) -> bool:
+        return entry.get("backend", "").startswith("triton") and any(
+            tier_rank(b.get("tier", "")) >= tier_rank("interpreted") for b in entry["buckets"]
+        )
+
+    @staticmethod
+    def _pick_bucket(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
+        same_dtype = [b for b in entry["buckets"] if b["dtype"] == dtype]
+        exact = [b for b in same_dtype if b["bucket"] == bucket]
+        if exact:
+            return exact[0]
+        near = sorted(same_dtype, key=lambda b: bucket_distance(b["bucket"], bucket))
+        if near and bucket_distance(near[0]["bucket"], bucket) != float("inf"):
+            return near[0]
+        return None
+
+    def choose(self, *inputs: Any) -> Choice:
+        """What a call with these inputs would run, and why. Never raises for a bad fit."""
+        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+        if first is None:
+            return Choice(None, None, False, "no tensor input to pick a device, bucket and dtype from")
+        dtype = _DTYPE_NAMES.get(first.dtype, str(first.dtype))
+        bucket = shape_bucket(first.shape)
+        on_cpu = first.device.type == "cpu"
+        if on_cpu:
+            targets = [self._cpu_target] if self._cpu_target else [
+                e["target"] for e in self.manifest["entries"] if self._cpu_eligible(e)]
+            where = "CPU (Triton interpreter)"
+        else:
+            if self._gpu_target is None:
+                return Choice(None, None, False,
+                              f"inputs are on {first.device} but {self._detect_reason}")
+            targets = [self._gpu_target]
+            where = self._gpu_target
+        if not targets:
+            return Choice(None, None, False,
+                          f"no entry of {self.op} reached the interpreted tier, so none may run "
+                          f"on {where}")
+        reasons = []
+        for target in targets:
+            entry = self._entry(target)
+            if entry is None:
+                reasons.append(f"the pack has no entry for {target}")
+                continue
+            b = self._pick_bucket(entry, bucket, dtype)
+            if b is None:
+                have = sorted({f"{x['bucket']}/{x['dtype']}" for x in entry["buckets"]})
+                reasons.append(f"{target} has no config for {dtype} at bucket {bucket} "
+                               f"(has {', '.join(have) or 'none'})")
+                continue
+            if tier_rank(b["tier"]) < tier_rank("interpreted"):
+                reasons.append(f"{target} {b['bucket']}/{dtype} only reached tier {b['tier']!r}: "
+                               "its correctness was never checked, so it does not run")
+                continue
+            how = "exact bucket" if b["bucket"] == bucket else f"nearest bucket to {bucket}"
+            return Choice(target, b, on_cpu,
+                          f"{target} entry, {how} {b['bucket']}/{dtype}, tier {b['tier']}")
+        return Choice(None, None, False, "; ".join(reasons))
+
+    def describe(self, *inputs: Any) -> str:
+        """One paragraph: the device, and which entry/config/tier would run (or the fallback).
+
+        With no inputs, lists what the pack holds for the detected device.
+        """
+        lines = [f"pack {self.op} at {self.path}: {self._detect_reason}"]
+        if inputs:
+            c = self.choose(*inputs)
+            if c.runs_kernel:
+                assert c.bucket is not None
+                mode = " under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret else ""
+                lines.append(f"runs {c.reason}{mode}; config {c.bucket['config']}; "
+                             f"file {c.bucket['file']}")
+            else:
+                lines.append(f"runs the reference (fallback): {c.reason}")
+            return "\n".join(lines)
+        for e in self.manifest["entries"]:
+            mark = "*" if e["target"] == self._gpu_target else " "
+            lines.append(f"{mark} {e['target']:8s} {e['backend']:12s} tier {e['tier']:11s} "
+                         f"{len(e['buckets'])} bucket(s)")
+        return "\n".join(lines)
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, *inputs: Any, out: Any = None) -> Any:
+        choice = self.choose(*inputs)
+        if not choice.runs_kernel:
+            self._warn_once(choice.reason)
+            result = self.reference(*inputs)
+            if out is not None:
+                out.copy_(result)
+                return out
+            return result
+        assert choice.bucket is not None
+        if choice.interpret:
+            self._log_once("interp", "%s: running the %s kernel under the Triton INTERPRETER on "
+                           "CPU: correct, but not fast (a GPU runs it for real)",
+                           self.op, choice.target)
+        elif tier_rank(choice.bucket["tier"]) < tier_rank("measured"):
+            self._log_once(f"unmeasured:{choice.target}",
+                           "%s: the %s kernel passed the correctness stages under the interpreter "
+                           "and compiled for this arch, but was not timed on this device",
+                           self.op, choice.target)
+        module = self._module(choice.bucket["file"], choice.interpret)
+        with _interpreter_env(choice.interpret):
+            return module.launch(*inputs, out=out, config=choice.bucket.get("config") or None)
+
+    def _module(self, rel: str, interpret: bool) -> ModuleType:
+        key = (rel, interpret)
+        with self._lock:
+            if key not in self._modules:
+                name = f"_porter_pack_{self.op}_{abs(hash(key)):x}"
+                path = self.path / rel
+                with _interpreter_env(interpret):
+                    try:
+                        from porter.codegen.loading import load_generated_module
+                    except ImportError:
+                        load_generated_module = None  # codegen absent: import the file directly
+                    if load_generated_module is not None:
+                        self._modules[key] = load_generated_module(path.read_text(), name,
+                                                                   interpret)
+                    else:
+                        self._modules[key] = _import_file(path, name)
+            return self._modules[key]
+
+    def _load_reference(self) -> Any:
+        ref = self.manifest["reference"]
+        path = self.path / ref["file"]
+        function = ref.get("function")
+        if function:
+            module = _import_file(path, f"_porter_pack_ref_{self.op}")
+            return getattr(module, function)
+        from porter.spec import load_spec
+
+        return load_spec(path).reference
+
+    def _warn_once(self, reason: str) -> None:
+        if reason in self._warned:
+            return
+        self._warned.add(reason)
+        warnings.warn(f"{self.op}: running the PyTorch reference instead of a packed kernel: "
+                      f"{reason}", PackFallbackWarning, stacklevel=3)
+
+    def _log_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+    # -- torch.library --------------------------------------------------------------------
+    def register_custom_op(self) -> Any:
+        """Register `kernel_porter::<op>` as a torch.library custom op; returns the op.
+
+        The fake (meta) implementation runs the reference on fake tensors, so shapes and dtypes
+        propagate inside torch.compile without running a kernel. The op takes the inputs named
+        in the manifest's `signature` and returns one tensor.
+        """
+        kinds = self.manifest.get("signature") or []
+        if not kinds:
+            raise ValueError(f"{self.path}: the manifest has no input signature; "
+                             "cannot register a custom op")
+        types = {"tensor": torch.Tensor, "float": float, "int": int, "bool": bool}
+        params = [
+            inspect.Parameter(f"a{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              annotation=types[kind])
+            for i, kind in enumerate(kinds)
+        ]
+        sig = inspect.Signature(params, return_annotation=torch.Tensor)
+
+        def impl(*args: Any) -> torch.Tensor:
+            return self(*args)
+
+        def fake(*args: Any) -> torch.Tensor:
+            return self.reference(*args)
+
+        impl.__signature__ = sig  # type: ignore[attr-defined]
+        fake.__signature__ = sig  # type: ignore[attr-defined]
+        # A second pack of the same op in one process gets its own name (custom ops are global).
+        name = self.op
+        n = 1
+        while hasattr(getattr(torch.ops, _LIB_NAMESPACE), name):
+            n += 1
+            name = f"{self.op}_{n}"
+        op = torch.library.custom_op(f"{_LIB_NAMESPACE}::{name}", impl, mutates_args=())
+        op.register_fake(fake)
+        self.custom_op = op
+        return op
+
+
+def load_pack(
+    path: str | Path, *, device: str | None = None, register_custom_op: bool = False
+) -> PackedOp:
+    """Load a pack written by `porter port` and return a callable that runs the right kernel.
+
+    Args:
+        path: the pack folder (`packs/<op>/`).
+        device: a hardware-model name ("h100", "mi300x") to use that entry instead of detecting
+            the device, or "cpu" for no GPU; None detects with `hwmodels.detect()`.
+        register_custom_op: also register `torch.ops.kernel_porter.<op>` (usable inside
+            torch.compile); the returned object's `.custom_op` holds it.
+
+    Returns:
+        A `PackedOp`: `op(*inputs)` or `op(*inputs, out=out)`; `op.describe(*inputs)`.
+
+    Raises:
+        PackError: the folder is not a pack / the manifest is malformed.
+        PackIntegrityError: a file this device could run differs from its manifest hash.
+    """
+    packed = PackedOp(path, device=device)
+    if register_custom_op:
+        packed.register_custom_op()
+    return packed

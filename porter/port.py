@@ -1,0 +1,697 @@
+"""`porter port`: from an op spec to a verified, per-target specialized kernel pack.
+
+Data flow (DESIGN.md, "Data flow of porter port"), per target device:
+
+    hw       = hwmodels.get(name);  backend = targets.for_device(hw)
+    plan     = planner.plan(...)                        -> runs/<id>/<target>/tuning_plan.json
+    variants = search.search(...) per shape x dtype     -> runs/<id>/<target>/candidates.json
+    for each variant:
+        compile tier     backend.compile of every kernel; what does not fit is rejected, with why
+        correctness      on the device when it is the local GPU; else the Triton interpreter on
+                         CPU at the spec's interpreter shapes. The kernel BODY is the same on every
+                         Triton target, so one interpreted check per distinct source+config is
+                         shared across targets (the ledger says "shared").
+        speed            measured (harness.timing) on the local GPU, else projected
+                         (harness.projection with the compiled kernel's occupancy), labelled so
+        ledger           keep/revert                    -> ledger.jsonl, bench_results.csv
+    best per shape bucket -> pack entry;  Metal targets: emitted tier (no compiler runs here)
+
+On a CPU the projection is cheap and the interpreter is not, so candidates are checked in
+projected order and a candidate that cannot beat the one already kept is not interpreted at all
+(recorded as reverted with that reason). Every check and number also goes to the results store.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+from porter.errors import PorterError
+from porter.ledger import Ledger
+from porter.ledger import LedgerEntry
+from porter.ledger import candidate_key
+from porter.ledger import config_key
+from porter.ledger import source_hash
+from porter.pack import shape_bucket
+from porter.pack import tier_rank
+
+if TYPE_CHECKING:
+    import torch
+
+    from hwmodels.model import HardwareModel
+    from porter.planner import ShapePlan
+    from porter.search import Candidate
+    from targets.base import TargetBackend
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+DEFAULT_RUNS_DIR = Path("runs")
+# On a machine without the target GPU every check runs in the Triton interpreter (seconds to
+# tens of seconds each); these caps keep `porter port` on a CPU within a few minutes. The full
+# search runs on the device, where checks take milliseconds.
+CPU_MAX_VARIANTS = 3
+CPU_MAX_CHECKS = 6
+
+
+class PortError(PorterError):
+    """The port cannot start: unknown target, or a spec/op the porter cannot handle."""
+
+
+@dataclass(frozen=True)
+class BucketChoice:
+    """The kept kernel of one target for one shape bucket and dtype."""
+
+    bucket: str
+    dtype: str
+    shape: tuple[int, ...]
+    config: dict[str, Any]
+    source: str  # the module (Triton) or Metal source with the config baked in
+    tier: str
+    numbers: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TargetResult:
+    target: str
+    vendor: str
+    backend: str
+    arch: str
+    hw_model_hash: str
+    tolerance: str
+    choices: tuple[BucketChoice, ...]
+    notes: tuple[str, ...] = ()
+
+    @property
+    def tier(self) -> str:
+        """Lowest tier over the buckets (what every kept config reached); "none" when empty."""
+        return min((c.tier for c in self.choices), key=tier_rank) if self.choices else "none"
+
+
+@dataclass(frozen=True)
+class PortResult:
+    op: str
+    spec_path: Path
+    run_dir: Path
+    targets: tuple[TargetResult, ...]
+    versions: dict[str, Any]
+    fusion: dict[str, Any]
+    signature: tuple[str, ...]  # "tensor" | "float" | "int" | "bool" per input
+    reference_function: str | None = None  # attribute of reference.py, or None: load_spec
+    pack_path: Path | None = None
+    checks_run: int = 0
+    checks_shared: int = 0
+
+
+@dataclass
+class _Pending:
+    cand: Candidate
+    source: str
+    src_hash: str
+    key: str
+    numbers: dict[str, Any]
+    details: dict[str, Any]
+    tier: str
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    from porter.planner import dtype_name
+
+    return dtype_name(dtype)
+
+
+def _kinds(inputs: tuple[Any, ...]) -> tuple[str, ...]:
+    import torch
+
+    out = []
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            out.append("tensor")
+        elif isinstance(x, bool):
+            out.append("bool")
+        elif isinstance(x, int):
+            out.append("int")
+        elif isinstance(x, float):
+            out.append("float")
+        else:
+            out.append(type(x).__name__)
+    return tuple(out)
+
+
+class _Porter:
+    def __init__(self, spec: Any, run_dir: Path, *, store_path: Path, resume: bool,
+                 max_variants: int | None, max_checks: int | None, progress: Progress) -> None:
+        import torch
+
+        import hwmodels
+        from harness.store import ResultsStore
+        from porter import codegen
+
+        self.spec = spec
+        self.problem = spec.problem()
+        self.run_dir = run_dir
+        self.progress = progress
+        ledger_path = run_dir / "ledger.jsonl"
+        if not resume and ledger_path.exists():
+            ledger_path.rename(run_dir / f"ledger.{int(time.time())}.jsonl")
+        self.ledger = Ledger(ledger_path)
+        self.store = ResultsStore(store_path, run_id=run_dir.name)
+        gen = torch.Generator().manual_seed(0)
+        example = spec.make_inputs(tuple(spec.smoke_shape), spec.dtypes[0],
+                                   torch.device("cpu"), gen)
+        self.signature = _kinds(tuple(example))
+        self.gen_op = codegen.generate(spec.reference, tuple(example), name=spec.name)
+        det = hwmodels.detect()
+        self.local = det.model.name if det.model is not None and torch.cuda.is_available() else None
+        self.detect_reason = det.reason
+        on_cpu = self.local is None
+        self.max_variants = max_variants if max_variants is not None else (
+            CPU_MAX_VARIANTS if on_cpu else None)
+        self.max_checks = max_checks if max_checks is not None else (
+            CPU_MAX_CHECKS if on_cpu else None)
+        self.checks_run = 0
+        self.checks_shared = 0
+        # semantic check key -> (passed, message, tolerances)
+        self._checks: dict[str, tuple[bool, str, str]] = self._checks_from_ledger()
+        self._modules: dict[tuple[str, bool], Any] = {}
+
+    # -- bookkeeping ----------------------------------------------------------------------
+    def _checks_from_ledger(self) -> dict[str, tuple[bool, str, str]]:
+        out: dict[str, tuple[bool, str, str]] = {}
+        for e in self.ledger:
+            chk = e.details.get("check")
+            if chk and chk.get("key") and chk.get("interpreted"):
+                out[chk["key"]] = (bool(chk["passed"]), chk.get("message", ""),
+                                   chk.get("tolerances", ""))
+        return out
+
+    def _record(self, hw: HardwareModel, backend: str, tier: str, passed: bool,
+                config: dict[str, Any], shape: tuple[int, ...], dtype: str, *,
+                metrics: dict[str, Any] | None = None, spread: dict[str, Any] | None = None,
+                message: str = "") -> None:
+        from harness.store import Record
+
+        self.store.record(Record(op=self.spec.name, variant=config_key(config), device=hw.name,
+                                 tier=tier, passed=passed, shape=tuple(shape), dtype=dtype,
+                                 target=backend, config=dict(config), metrics=metrics or {},
+                                 spread=spread or {}, message=message))
+
+    def _module(self, source: str, interpret: bool) -> Any:
+        from porter.loader import _import_file
+        from porter.loader import _interpreter_env
+
+        key = (source_hash(source), interpret)
+        if key not in self._modules:
+            name = f"_porter_gen_{self.spec.name}_{key[0][:12]}_{'i' if interpret else 'n'}"
+            try:
+                from porter.codegen.loading import load_generated_module
+            except ImportError:
+                load_generated_module = None
+            if load_generated_module is not None:
+                self._modules[key] = load_generated_module(source, name, interpret)
+            else:
+                # Same effect without codegen's helper: a file in the run dir, imported with the
+                # interpreter switched as asked (triton.jit decides at decoration time).
+                path = self.run_dir / "_modules" / f"{name}.py"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(source)
+                with _interpreter_env(interpret):
+                    self._modules[key] = _import_file(path, name)
+        return self._modules[key]
+
+    # -- one target -----------------------------------------------------------------------
+    def run_target(self, name: str) -> TargetResult:
+        import torch
+
+        import hwmodels
+        import targets
+        from porter import planner
+        from porter.search import search
+        from porter.search import write_candidates
+
+        hw = hwmodels.get(name)
+        backend = targets.for_device(hw)
+        tdir = self.run_dir / hw.name
+        family = str(getattr(self.gen_op, "family", ""))
+        shapes = [tuple(s) for s in self.spec.shapes]
+        dtypes = list(self.spec.dtypes)
+        plan = planner.plan(self.problem, hw, shapes, dtypes, family=family)
+        plan.write(tdir / "tuning_plan.json")
+        self.progress(f"[{hw.name}] {backend.name} {hw.build.arch}: plan -> "
+                      f"{tdir / 'tuning_plan.json'}")
+        notes: list[str] = []
+        if backend.name == "metal":
+            notes.append("Metal: source emitted only; no Metal compiler runs on this machine")
+        measured_here = self.local == hw.name
+        if not measured_here:
+            notes.append("times projected (not measured): the target GPU is not on this machine")
+
+        units: list[tuple[tuple[int, ...], torch.dtype, str, Any, ShapePlan | None]] = []
+        searches = {}
+        seen_buckets: dict[tuple[str, str], tuple[int, ...]] = {}
+        for shape in shapes:
+            meta_inputs = self.problem.make_inputs(shape, dtypes[0], torch.device("meta"),
+                                                   torch.Generator().manual_seed(0))
+            first = next((t for t in meta_inputs if isinstance(t, torch.Tensor)), None)
+            bucket = shape_bucket(first.shape if first is not None else shape)
+            for dtype in dtypes:
+                dname = _dtype_name(dtype)
+                if (bucket, dname) in seen_buckets:
+                    notes.append(f"shape {shape} shares bucket {bucket} with "
+                                 f"{seen_buckets[(bucket, dname)]}; tuned once")
+                    continue
+                seen_buckets[(bucket, dname)] = shape
+                sp = plan.for_shape(shape, dname)
+                sr = search(self.gen_op, backend, hw, shape, dtype, plan=sp,
+                            max_variants=self.max_variants)
+                searches[f"{'x'.join(map(str, shape))}/{dname}"] = sr
+                units.append((shape, dtype, bucket, sr, sp))
+        write_candidates(searches, tdir / "candidates.json")
+
+        tolerance = ""
+        choices: list[BucketChoice] = []
+        for shape, dtype, bucket, sr, sp in units:
+            dname = _dtype_name(dtype)
+            tol = self._run_bucket(hw, backend, shape, dtype, bucket, sr.candidates, sp,
+                                   measured_here)
+            tolerance = tolerance or tol
+            choice = self._choice(hw, backend, shape, dname, bucket, sr.candidates)
+            if choice is not None:
+                choices.append(choice)
+            else:
+                notes.append(f"{bucket}/{dname}: no candidate passed")
+        if not tolerance:
+            tolerance = self._tolerance_text(hw)
+        self.ledger.write_csv(self.run_dir / "bench_results.csv")
+        return TargetResult(
+            target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
+            hw_model_hash=hwmodels.model_hash(hw), tolerance=tolerance,
+            choices=tuple(choices), notes=tuple(dict.fromkeys(notes)),
+        )
+
+    def _tolerance_text(self, hw: HardwareModel) -> str:
+        from harness.tolerance import tolerance
+
+        return "; ".join(f"{_dtype_name(d)}: {tolerance(d, hw).describe()}"
+                         for d in self.spec.dtypes)
+
+    def _source(self, backend: TargetBackend, variant: Any) -> str:
+        if backend.name == "metal":
+            src = self.gen_op.metal_source(variant)
+            if not src:
+                raise PortError(f"{self.spec.path}: no Metal template covers the "
+                                f"{getattr(self.gen_op, 'family', '?')} family of {self.spec.name}")
+            return src
+        return self.gen_op.triton_module_source(variant)
+
+    def _run_bucket(self, hw: HardwareModel, backend: TargetBackend, shape: tuple[int, ...],
+                    dtype: torch.dtype, bucket: str, cands: tuple[Candidate, ...],
+                    sp: ShapePlan | None, measured_here: bool) -> str:
+        """Judge every candidate of one (target, bucket, dtype); returns the tolerance text."""
+        dname = _dtype_name(dtype)
+        pending: list[_Pending] = []
+        tol = ""
+        for cand in cands:
+            try:
+                source = self._source(backend, cand.variant)
+            except PortError:
+                raise
+            src_hash = source_hash(source)
+            key = candidate_key(hw.name, src_hash, cand.config, bucket, dname)
+            if self.ledger.done(key):
+                e = self.ledger.get(key)
+                assert e is not None
+                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
+                              f"already judged ({e.verdict}), skipped")
+                continue
+            ok, details, reason = self._compile(hw, backend, cand, shape, dtype)
+            tier = "emitted" if backend.name == "metal" else "compiled"
+            if not ok:
+                self.ledger.judge(target=hw.name, bucket=bucket, dtype=dname, config=cand.config,
+                                  src_hash=src_hash, tier="emitted", passed=False,
+                                  reason_failed=reason, shape=shape, details=details)
+                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
+                              f"rejected ({reason})")
+                continue
+            numbers = self._project(hw, shape, dtype, cand, details)
+            pending.append(_Pending(cand, source, src_hash, key, numbers, details, tier))
+
+        if backend.name == "metal":
+            for p in pending:
+                self._judge(hw, backend, bucket, dname, shape, p, passed=True,
+                            why="emitted (Metal source; no compiler ran)")
+            return tol
+        if measured_here:
+            for p in pending:
+                tol = self._device_eval(hw, backend, shape, dtype, bucket, p) or tol
+            return tol
+        # CPU path: check the fastest-projected first; one that cannot win is not interpreted.
+        pending.sort(key=lambda p: p.numbers.get("time_ms", float("inf")))
+        for p in pending:
+            kept = self.ledger.kept(hw.name, bucket, dname)
+            if (kept is not None and tier_rank(kept.tier) >= tier_rank("interpreted")
+                    and kept.time_ms is not None
+                    and p.numbers.get("time_ms", float("inf")) >= kept.time_ms):
+                self._judge(hw, backend, bucket, dname, shape, p, passed=True,
+                            why=f"projected {p.numbers['time_ms']:.4g} ms cannot beat the kept "
+                                f"{kept.time_ms:.4g} ms; correctness not run")
+                continue
+            tol = self._interpreted_eval(hw, backend, shape, dtype, bucket, p) or tol
+        return tol
+
+    def _judge(self, hw: HardwareModel, backend: TargetBackend, bucket: str, dname: str,
+               shape: tuple[int, ...], p: _Pending, *, passed: bool, why: str = "") -> LedgerEntry:
+        e = self.ledger.judge(target=hw.name, bucket=bucket, dtype=dname, config=p.cand.config,
+                              src_hash=p.src_hash, tier=p.tier, passed=passed,
+                              reason_failed=why if not passed else "",
+                              note=why if passed else "",
+                              numbers=p.numbers, shape=shape, details=p.details)
+        t = p.numbers.get("time_ms")
+        ttxt = f"{t * 1e3:.1f} us {p.numbers.get('label', '')}" if t is not None else "no time"
+        self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: {p.tier}, {ttxt} "
+                      f"-> {e.verdict}")
+        return e
+
+    # -- tiers ----------------------------------------------------------------------------
+    def _compile(self, hw: HardwareModel, backend: TargetBackend, cand: Candidate,
+                 shape: tuple[int, ...], dtype: torch.dtype) -> tuple[bool, dict[str, Any], str]:
+        import torch
+
+        from porter.search import launch_config
+        from targets.base import CompileError
+
+        inputs = self.problem.make_inputs(shape, dtype, torch.device("meta"),
+                                          torch.Generator().manual_seed(0))
+        details: dict[str, Any] = {"kernels": []}
+        try:
+            refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant))
+        except Exception as exc:  # noqa: BLE001 - codegen rejecting a config is a verdict
+            return False, details, f"codegen could not specialize this config: {exc}"
+        lc = launch_config(cand.config)
+        occupancy = None
+        for item in refs:
+            kref, klc = (item if isinstance(item, tuple) else (item, lc))
+            try:
+                rep = backend.compile(kref, klc, hw)
+            except CompileError as exc:
+                return False, details, f"compile error: {exc}"
+            info = {
+                "kernel": kref.name, "tier": rep.tier, "fits": rep.fits,
+                "reasons": list(rep.reasons), "notes": list(rep.notes),
+            }
+            if rep.resources is not None:
+                info.update(registers=rep.resources.registers_per_thread,
+                            smem_bytes=rep.resources.shared_memory_bytes,
+                            spill_bytes=rep.resources.spill_bytes)
+            if rep.occupancy is not None:
+                info.update(occupancy=rep.occupancy.fraction,
+                            blocks_per_unit=rep.occupancy.blocks_per_unit,
+                            limited_by=rep.occupancy.limited_by)
+                if occupancy is None or rep.occupancy.fraction < occupancy.fraction:
+                    occupancy = rep.occupancy
+            details["kernels"].append(info)
+            self._record(hw, backend.name, rep.tier, rep.fits, cand.config, shape,
+                         _dtype_name(dtype), metrics={k: v for k, v in info.items()
+                                                      if isinstance(v, (int, float))},
+                         message="; ".join(rep.reasons or rep.notes))
+            if not rep.fits:
+                return False, details, f"{kref.name} does not fit: {'; '.join(rep.reasons)}"
+        details["_occupancy"] = occupancy
+        details["grid"] = self._grid(tuple(inputs), cand, refs)
+        return True, details, ""
+
+    def _grid(self, inputs: tuple[Any, ...], cand: Candidate, refs: list[Any]) -> int:
+        """Programs launched (for the projection): from codegen if it says, else rows / tile."""
+        import math
+
+        import torch
+
+        for obj in (self.gen_op, *refs):
+            fn = getattr(obj, "grid", None)
+            if callable(fn):
+                try:
+                    g = fn(inputs, cand.variant)
+                    return int(math.prod(g)) if isinstance(g, tuple) else int(g)
+                except TypeError:
+                    continue
+            if isinstance(fn, (int, tuple)):
+                return int(math.prod(fn)) if isinstance(fn, tuple) else int(fn)
+        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+        if first is None:
+            return 1
+        cfg = cand.config
+        rows = math.prod(first.shape[:-1]) if first.dim() > 1 else 1
+        per = cfg.get("ROWS_PER_PROGRAM") or cfg.get("ROWS") or 1
+        if first.dim() <= 1 or str(getattr(self.gen_op, "family", "")) == "elementwise":
+            block = cfg.get("BLOCK_SIZE") or cfg.get("BLOCK") or 1024
+            return max(1, math.ceil(first.numel() / int(block)))
+        return max(1, math.ceil(rows / int(per)))
+
+    def _project(self, hw: HardwareModel, shape: tuple[int, ...], dtype: torch.dtype,
+                 cand: Candidate, details: dict[str, Any]) -> dict[str, Any]:
+        from harness.projection import project
+        from harness.roofline import analyze
+        from porter.planner import op_cost
+
+        nbytes, flops = op_cost(self.problem, shape, dtype)
+        occ = details.pop("_occupancy", None)
+        try:
+            pr = project(nbytes, flops, hw, dtype, grid=int(details.get("grid", 1)), occupancy=occ)
+        except ValueError as exc:
+            details["projection_error"] = str(exc)
+            return {}
+        roof = analyze(nbytes, flops, pr.time_ms, hw, dtype)
+        numbers = {"time_ms": pr.time_ms, "label": "projected", "bound": pr.bound,
+                   "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
+                   "bytes_moved": nbytes, "flops": flops}
+        self._record(hw, "", "projected", True, cand.config, shape, _dtype_name(dtype),
+                     metrics={"median_ms": pr.time_ms, "pct_peak": roof.pct_peak},
+                     message=f"projected ({pr.bound}-bound)")
+        return numbers
+
+    def _check_key(self, p: _Pending) -> str:
+        from porter.search import semantic_config
+
+        return f"{p.src_hash[:16]}|{config_key(semantic_config(p.cand.config))}"
+
+    def _interpreted_eval(self, hw: HardwareModel, backend: TargetBackend,
+                          shape: tuple[int, ...], dtype: torch.dtype, bucket: str,
+                          p: _Pending) -> str:
+        from harness import check
+
+        dname = _dtype_name(dtype)
+        ckey = self._check_key(p)
+        shared = ckey in self._checks
+        if not shared:
+            if self.max_checks is not None and self.checks_run >= self.max_checks:
+                self.ledger.skip(target=hw.name, bucket=bucket, dtype=dname, config=p.cand.config,
+                                 source_hash=p.src_hash, tier=p.tier, numbers=p.numbers,
+                                 shape=shape, details=p.details,
+                                 reason=f"interpreted-check budget ({self.max_checks}) spent; "
+                                        "rerun with --run-dir to continue or on the device")
+                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: "
+                              "skipped (check budget spent)")
+                return ""
+            self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: checking under "
+                          "the Triton interpreter (CPU)...")
+            module = self._module(p.source, interpret=True)
+            cfg = p.cand.variant
+
+            def candidate(*inputs: Any, out: Any = None) -> Any:
+                return module.launch(*inputs, out=out, config=cfg)
+
+            t0 = time.perf_counter()
+            report = check(self.problem, candidate, device="cpu", interpret=True, hw=hw)
+            self.checks_run += 1
+            msg = report.summary() if not report.passed else (
+                f"passed {', '.join(s.name for s in report.stages)} in "
+                f"{time.perf_counter() - t0:.1f}s (interpreter)")
+            if not report.passed and report.failed is not None:
+                msg = f"{report.failed.name}: {report.failed.message}"
+            self._checks[ckey] = (report.passed, msg, report.tolerances)
+            self._record(hw, backend.name, "interpreted", report.passed, p.cand.config, shape,
+                         dname, message=msg)
+        else:
+            self.checks_shared += 1
+        passed, msg, tol = self._checks[ckey]
+        p.details["check"] = {"key": ckey, "interpreted": True, "passed": passed,
+                              "message": msg, "tolerances": tol, "shared": shared}
+        if passed:
+            p.tier = "interpreted"
+        why = msg if not passed else ("interpreted check shared with an identical kernel "
+                                      "body+config on another target" if shared else "")
+        self._judge(hw, backend, bucket, dname, shape, p, passed=passed, why=why)
+        return tol
+
+    def _device_eval(self, hw: HardwareModel, backend: TargetBackend, shape: tuple[int, ...],
+                     dtype: torch.dtype, bucket: str, p: _Pending) -> str:
+        import torch
+
+        from harness import check
+        from harness.roofline import analyze
+        from harness.timing import compare
+
+        dname = _dtype_name(dtype)
+        module = self._module(p.source, interpret=False)
+        cfg = p.cand.variant
+
+        def candidate(*inputs: Any, out: Any = None) -> Any:
+            return module.launch(*inputs, out=out, config=cfg)
+
+        report = check(self.problem, candidate, device="cuda", interpret=False, hw=hw)
+        msg = "passed on the device" if report.passed else (
+            f"{report.failed.name}: {report.failed.message}" if report.failed else "failed")
+        self._record(hw, backend.name, "measured" if report.passed else "compiled",
+                     report.passed, p.cand.config, shape, dname, message=msg)
+        p.details["check"] = {"interpreted": False, "passed": report.passed, "message": msg,
+                              "tolerances": report.tolerances}
+        if not report.passed:
+            self._judge(hw, backend, bucket, dname, shape, p, passed=False, why=msg)
+            return report.tolerances
+        dev = torch.device("cuda")
+
+        def make_args() -> tuple[Any, ...]:
+            return tuple(self.problem.make_inputs(shape, dtype, dev, torch.Generator(dev)))
+
+        def kernel(*inputs: Any) -> Any:
+            return module.launch(*inputs, config=cfg)
+
+        cmp = compare({"kernel": kernel, "eager": self.problem.reference}, make_args, hw=hw)
+        t = cmp.timings["kernel"]
+        nbytes = p.numbers.get("bytes_moved") or 0
+        flops = p.numbers.get("flops") or 0
+        roof = analyze(nbytes, flops, t.median_ms, hw, dtype)
+        ratio = cmp.ratio("eager", "kernel")
+        p.numbers = {"time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                     "label": "measured", "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
+                     "speedup_vs_eager": ratio[0], "projected_ms": p.numbers.get("time_ms"),
+                     "bytes_moved": nbytes, "flops": flops}
+        if roof.exceeds_speed_of_light:
+            self._judge(hw, backend, bucket, dname, shape, p, passed=False, why=roof.message)
+            return report.tolerances
+        p.tier = "measured"
+        self._record(hw, backend.name, "measured", True, p.cand.config, shape, dname,
+                     metrics={"median_ms": t.median_ms, "pct_peak": roof.pct_peak,
+                              "speedup_vs_eager": ratio[0]},
+                     spread={"p20_ms": t.p20_ms, "p80_ms": t.p80_ms}, message=roof.message)
+        self._judge(hw, backend, bucket, dname, shape, p, passed=True)
+        return report.tolerances
+
+    def _choice(self, hw: HardwareModel, backend: TargetBackend, shape: tuple[int, ...],
+                dname: str, bucket: str, cands: tuple[Candidate, ...]) -> BucketChoice | None:
+        kept = self.ledger.kept(hw.name, bucket, dname)
+        if kept is None:
+            return None
+        variant = next((c.variant for c in cands if config_key(c.config) ==
+                        config_key(kept.config)), kept.config)
+        source = self._source(backend, variant)
+        if source_hash(source) != kept.source_hash:
+            log.warning("%s %s/%s: regenerated source differs from the judged one; the pack "
+                        "gets the regenerated one", hw.name, bucket, dname)
+        numbers = {k: v for k, v in kept.numbers.items() if not isinstance(v, dict)}
+        return BucketChoice(bucket=bucket, dtype=dname, shape=tuple(shape), config=kept.config,
+                            source=source, tier=kept.tier, numbers=numbers)
+
+
+def _cfg(config: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def port(
+    spec_path: str | os.PathLike[str],
+    targets: list[str],
+    out_dir: str | os.PathLike[str] | None,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    resume: bool = True,
+    max_variants: int | None = None,
+    max_checks: int | None = None,
+    store_path: str | os.PathLike[str] | None = None,
+    progress: Progress | None = None,
+) -> PortResult:
+    """Port one op to every target and write its pack.
+
+    Args:
+        spec_path: an op spec module or a KernelBench problem file.
+        targets: hardware-model names or aliases ("a100", "h100", "mi300x", "m4", ...).
+        out_dir: packs folder; the pack goes to `<out_dir>/<op>/`. None: no pack is written.
+        run_dir: the run directory; default `runs/<new id>`. An existing one is continued.
+        resume: skip candidates the run's ledger already judged (False starts a new ledger).
+        max_variants: candidates per (target, bucket, dtype); default 3 on a CPU, all on a GPU.
+        max_checks: interpreted checks per run (shared ones are free); default 6 on a CPU.
+        store_path: results store; default `runs/results.sqlite` (next to the run dirs).
+        progress: called with one short line per step (the CLI prints them).
+
+    Returns:
+        A `PortResult` (its `pack_path` is set when a pack was written).
+
+    Raises:
+        PortError / SpecError / UnsupportedOpError (all `PorterError`): bad input, with a
+        message naming the file.
+    """
+    import hwmodels
+    from harness import env_info
+    from porter.pack import write_pack
+    from porter.spec import load_spec
+
+    say = progress or (lambda line: log.info("%s", line))
+    spec_path = Path(spec_path)
+    unknown = []
+    for t in targets:
+        try:
+            hwmodels.get(t)
+        except hwmodels.UnknownDeviceError as exc:
+            unknown.append(f"{t!r} ({exc})")
+    if unknown:
+        known = ", ".join(m.name for m in hwmodels.all_models())
+        raise PortError(f"unknown target(s) {', '.join(unknown)}; known: {known}")
+    if not targets:
+        raise PortError("no targets given; e.g. --targets h100,mi300x")
+    spec = load_spec(spec_path)
+
+    rd = Path(run_dir) if run_dir is not None else DEFAULT_RUNS_DIR / new_run_id()
+    rd.mkdir(parents=True, exist_ok=True)
+    store = Path(store_path) if store_path is not None else rd.parent / "results.sqlite"
+    config = {"spec": str(spec_path), "targets": list(targets), "out": str(out_dir),
+              "resume": resume, "max_variants": max_variants, "max_checks": max_checks,
+              "store": str(store)}
+    (rd / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+    porter_ = _Porter(spec, rd, store_path=store, resume=resume, max_variants=max_variants,
+                      max_checks=max_checks, progress=say)
+    say(f"{spec.name}: family {getattr(porter_.gen_op, 'family', '?')}; "
+        f"{'measuring on ' + porter_.local if porter_.local else 'no GPU here: ' + porter_.detect_reason}")
+    results = []
+    seen = set()
+    for t in targets:
+        name = hwmodels.get(t).name
+        if name in seen:
+            continue
+        seen.add(name)
+        results.append(porter_.run_target(name))
+    fusion = getattr(porter_.gen_op, "fusion", None)
+    fusion_d = {"text": getattr(fusion, "text", str(fusion or "")),
+                "bytes_saved": getattr(fusion, "bytes_saved", None)}
+    result = PortResult(
+        op=spec.name, spec_path=spec_path, run_dir=rd, targets=tuple(results),
+        versions={k: v for k, v in env_info.versions().items() if v is not None},
+        fusion=fusion_d, signature=porter_.signature,
+        checks_run=porter_.checks_run, checks_shared=porter_.checks_shared,
+    )
+    if out_dir is not None:
+        result = replace(result, pack_path=write_pack(result, out_dir))
+    return result

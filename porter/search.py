@@ -1,0 +1,190 @@
+"""The offline Search role: which variants of a generated op to try on one device, in what order.
+
+Starting from `GeneratedOp.variant_space(hw, shape, dtype)` (already pruned by the hardware
+model's facts), it
+1. drops every config the backend says cannot run (`backend.validate_config`), keeping the reason;
+2. de-duplicates (two variants with the same canonical config are one candidate);
+3. orders what is left: the op's default config for this device first (the known-good starting
+   point), then by closeness to the plan's preferred knob values, in the plan's knob order;
+4. caps the list at `max_variants`.
+
+The output is data (`candidates.json` per target), so a run can be inspected and resumed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import math
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+from porter.ledger import config_key
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+    from porter.planner import ShapePlan
+    from targets.base import LaunchConfig
+    from targets.base import TargetBackend
+
+log = logging.getLogger(__name__)
+
+# Knobs that only change how a program is launched/scheduled, never what it computes: the Triton
+# interpreter runs each program sequentially and ignores them, and they map onto LaunchConfig.
+LAUNCH_KNOBS = ("num_warps", "num_stages", "num_ctas", "waves_per_eu", "matrix_instr_nonkdim",
+                "maxnreg", "kpack")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One variant to judge: its config as a plain dict, and the object codegen handed out."""
+
+    config: dict[str, Any]
+    variant: Any = field(default=None, compare=False, repr=False)
+    origin: str = "space"  # "default" (the op's default for this device) | "space"
+
+    @property
+    def key(self) -> str:
+        return config_key(self.config)
+
+
+@dataclass(frozen=True)
+class Rejected:
+    config: dict[str, Any]
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    candidates: tuple[Candidate, ...]
+    rejected: tuple[Rejected, ...]
+    space_size: int  # variants offered before pruning
+    capped: int  # valid candidates left out by max_variants
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "space_size": self.space_size,
+            "capped": self.capped,
+            "candidates": [{"config": c.config, "origin": c.origin} for c in self.candidates],
+            "rejected": [{"config": r.config, "reasons": list(r.reasons)} for r in self.rejected],
+        }
+
+
+def config_dict(variant: Any) -> dict[str, Any]:
+    """A variant's config as a plain dict (accepts dicts, dataclasses, `.config` holders)."""
+    inner = getattr(variant, "config", None)
+    if inner is not None and inner is not variant:
+        return config_dict(inner)
+    if isinstance(variant, dict):
+        return dict(variant)
+    if dataclasses.is_dataclass(variant) and not isinstance(variant, type):
+        out = dataclasses.asdict(variant)
+        extra = out.pop("extra", None)
+        if isinstance(extra, dict):
+            out.update(extra)
+        return out
+    if hasattr(variant, "as_dict"):
+        return dict(variant.as_dict())
+    raise TypeError(f"cannot read a config from {type(variant).__name__}: {variant!r}")
+
+
+def launch_config(config: dict[str, Any]) -> LaunchConfig:
+    """The `LaunchConfig` a backend sees for a config dict (launch knobs only)."""
+    from targets.base import LaunchConfig
+
+    extra = {k: v for k, v in config.items()
+             if k in LAUNCH_KNOBS and k not in ("num_warps", "num_stages")}
+    return LaunchConfig(
+        num_warps=int(config.get("num_warps", 4)),
+        num_stages=int(config.get("num_stages", 2)),
+        extra=extra,
+    )
+
+
+def semantic_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a config that changes what the kernel computes (launch knobs removed)."""
+    return {k: v for k, v in config.items() if k not in LAUNCH_KNOBS}
+
+
+def search(
+    gen_op: Any,
+    backend: TargetBackend,
+    hw: HardwareModel,
+    shape: tuple[int, ...],
+    dtype: Any,
+    *,
+    plan: ShapePlan | None = None,
+    max_variants: int | None = None,
+) -> SearchResult:
+    """Candidates for one (device, shape, dtype), pruned, de-duplicated, ordered and capped.
+
+    Args:
+        gen_op: a `porter.codegen.GeneratedOp`.
+        backend: the target backend for `hw` (prunes with `validate_config`).
+        hw: the device's hardware model.
+        shape: the real (GPU-size) shape.
+        dtype: the torch dtype.
+        plan: the planner's view of this shape (orders the candidates); None keeps space order.
+        max_variants: keep at most this many; None keeps all.
+
+    Returns:
+        A `SearchResult` with the ordered candidates and the rejected configs with reasons.
+    """
+    space = list(gen_op.variant_space(hw, shape, dtype))
+    default = None
+    if hasattr(gen_op, "default_config"):
+        default = gen_op.default_config(hw, shape, dtype)
+
+    seen: set[str] = set()
+    valid: list[Candidate] = []
+    rejected: list[Rejected] = []
+    offered = ([(default, "default")] if default is not None else []) + [(v, "space") for v in space]
+    for variant, origin in offered:
+        cfg = config_dict(variant)
+        key = config_key(cfg)
+        if key in seen:
+            continue
+        seen.add(key)
+        reasons = backend.validate_config(launch_config(cfg), hw)
+        if reasons:
+            rejected.append(Rejected(cfg, tuple(reasons)))
+            continue
+        valid.append(Candidate(cfg, variant, origin))
+
+    if plan is not None:
+        valid = _order(valid, plan)
+    capped = 0
+    if max_variants is not None and len(valid) > max_variants:
+        capped = len(valid) - max_variants
+        valid = valid[:max_variants]
+    return SearchResult(tuple(valid), tuple(rejected), len(space), capped)
+
+
+def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
+    """Default first, then by distance to the plan's preferred values (earlier knobs weigh more)."""
+    weights = {k: len(plan.knob_order) - i for i, k in enumerate(plan.knob_order)}
+
+    def distance(c: Candidate) -> float:
+        d = 0.0
+        for knob, want in plan.preferred.items():
+            have = c.config.get(knob)
+            if have is None or not isinstance(want, (int, float)) or not isinstance(have, (int, float)):
+                continue
+            if have > 0 and want > 0:
+                d += weights.get(knob, 1) * abs(math.log2(have) - math.log2(want))
+        return d
+
+    return sorted(cands, key=lambda c: (c.origin != "default", distance(c)))
+
+
+def write_candidates(results: dict[str, SearchResult], path: str | Path) -> Path:
+    """Write `candidates.json`: per "shape/dtype" key, what was offered, kept and rejected."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({k: v.to_dict() for k, v in results.items()}, indent=2,
+                              default=str) + "\n")
+    return out

@@ -1,0 +1,478 @@
+"""Op specs: what a user brings to the porter, loaded into one `OpSpec`.
+
+Two kinds of file are accepted, told apart by what they define:
+
+1. An **op spec module** (``examples/rmsnorm/spec.py``)::
+
+       NAME = "rmsnorm"                          # optional; default: the folder name
+       DESCRIPTION = "..."                       # optional; default: the module docstring
+       def reference(x, weight):                 # required: plain PyTorch, the meaning
+           return F.rms_norm(x, (x.shape[-1],), weight, eps=1e-6)
+       def make_inputs(shape, dtype, device, generator):   # required: a tuple of inputs
+           ...                                   # random, never zeros; fresh per call
+       SHAPES = [(4096, 4096), ...]              # required: real, GPU-sized shapes
+       DTYPES = [torch.bfloat16, ...]            # optional; default fp32, fp16, bf16
+       INTERPRET_SHAPES = [(7, 129), ...]        # optional: reduced shapes for the CPU tier
+       SMOKE_SHAPE = (7, 129)                    # optional; default INTERPRET_SHAPES[0]
+       ODD_SHAPES = [(1, 7), ...]                # optional; default: the judge's
+       TRITON_KERNEL = "kernel.py::_rmsnorm_fwd_kernel"    # optional starting-point kernel,
+       TRITON_LAUNCHER = "kernel.py::rmsnorm_forward"      # ... and its launcher, relative
+       TUNABLES = {"BLOCK_N": [1024, 2048], "num_warps": [4, 8]}   # to the spec file
+       def BYTES(inputs, outputs): ...           # optional: bytes that must move
+       def FLOPS(inputs, outputs): ...           # optional: FLOPs that must be done
+       def ADVERSARIAL(shape, dtype, device, generator): ...  # optional extra cases
+
+   A launcher is called as ``launcher(*inputs, out=out)`` (the judge's out contract).
+
+2. A **KernelBench problem file**, unmodified (``Model``, ``get_inputs``,
+   ``get_init_inputs``); see `porter.kernelbench`.
+
+Every problem with a file is a `SpecError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import inspect
+import itertools
+import logging
+import os
+import sys
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+from typing import Literal
+
+import torch
+
+from harness.problem import AdversarialMaker
+from harness.problem import CostFn
+from harness.problem import InputMaker
+from harness.problem import Problem
+from harness.problem import Shape
+from porter.errors import SpecError
+from targets.base import KernelRef
+
+log = logging.getLogger(__name__)
+
+DEFAULT_DTYPES: tuple[torch.dtype, ...] = (torch.float32, torch.float16, torch.bfloat16)
+_module_counter = itertools.count()
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One op the porter can port: its meaning, its inputs, and optionally a starting kernel.
+
+    Attributes:
+        name: short op name, e.g. "rmsnorm".
+        path: the file it came from (None for a spec built in code).
+        reference: plain PyTorch function of the inputs; functional (a KernelBench Model's
+            parameters are lifted to trailing inputs).
+        make_inputs: ``make_inputs(shape, dtype, device, generator) -> tuple`` of inputs.
+        shapes: real, GPU-sized shapes (what timing uses).
+        interpret_shapes: reduced, structure-preserving shapes for the CPU interpreter tier.
+        smoke_shape: one small shape for the smoke stage.
+        dtypes: dtypes the op is claimed for.
+        triton_kernel: an existing kernel to start from, or None.
+        tunables: that kernel's tunable parameters, name -> candidate values.
+        triton_launcher: the existing kernel's launcher, ``launcher(*inputs, out=out)``.
+        source_kind: "spec" or "kernelbench".
+        bytes_moved: bytes that must move, ``(inputs, outputs) -> int``; None: derived.
+        flops: FLOPs that must be done, ``(inputs, outputs) -> int``; None: memory-bound.
+        description: one paragraph for reports.
+        odd_shapes: odd-size shapes for the judge (empty: the judge's defaults).
+        adversarial: extra numerics cases, or None.
+        shape_names: what each entry of a shape means, e.g. ("batch_size", "dim").
+        size_note: how a shape relates to the original sizes (KernelBench), see `describe_shape`.
+    """
+
+    name: str
+    path: Path | None
+    reference: Callable[..., Any]
+    make_inputs: InputMaker
+    shapes: tuple[Shape, ...]
+    interpret_shapes: tuple[Shape, ...]
+    smoke_shape: Shape
+    dtypes: tuple[torch.dtype, ...] = DEFAULT_DTYPES
+    triton_kernel: KernelRef | None = None
+    tunables: dict[str, Any] = field(default_factory=dict)
+    triton_launcher: Callable[..., Any] | None = None
+    source_kind: Literal["spec", "kernelbench"] = "spec"
+    bytes_moved: CostFn | None = None
+    flops: CostFn | None = None
+    description: str = ""
+    odd_shapes: tuple[Shape, ...] = ()
+    adversarial: AdversarialMaker | None = None
+    shape_names: tuple[str, ...] = ()
+    size_note: Callable[[Shape], str] | None = None
+
+    def problem(
+        self,
+        *,
+        interpret: bool = False,
+        dtypes: Sequence[torch.dtype] | None = None,
+        shapes: Sequence[Shape] | None = None,
+    ) -> Problem:
+        """What the judge needs to check this op.
+
+        Args:
+            interpret: True for the CPU interpreter tier (the judge then sweeps
+                `interpret_shapes`, passed as ``extra["interpret_shapes"]``).
+            dtypes: restrict to these dtypes (default: the spec's).
+            shapes: explicit sweep shapes (default: `interpret_shapes` or `shapes`).
+
+        Returns:
+            A `harness.problem.Problem`.
+        """
+        # The judge sweeps `sweep_shapes` natively and `extra["interpret_shapes"]` under the
+        # interpreter; `interpret` only picks the smoke shape's size.
+        sweep = tuple(shapes) if shapes is not None else self.shapes
+        smoke = self.smoke_shape if (interpret or shapes is None) else sweep[0]
+        extra: dict[str, Any] = {
+            "source_kind": self.source_kind,
+            "spec_path": str(self.path),
+            "interpret_shapes": tuple(shapes) if shapes is not None else self.interpret_shapes,
+        }
+        if self.shape_names:
+            extra["shape_names"] = self.shape_names
+        return Problem(
+            name=self.name,
+            reference=self.reference,
+            make_inputs=self.make_inputs,
+            smoke_shape=smoke,
+            sweep_shapes=sweep,
+            odd_shapes=self.odd_shapes,
+            dtypes=tuple(dtypes) if dtypes is not None else self.dtypes,
+            adversarial=self.adversarial,
+            bytes_moved=self.bytes_moved,
+            flops=self.flops,
+            extra=extra,
+        )
+
+    def describe_shape(self, shape: Shape) -> str:
+        """Human text for a shape, e.g. "batch_size=16 (was 4096), dim=1024 (was 393216)"."""
+        if self.size_note is not None:
+            return self.size_note(shape)
+        if self.shape_names and len(self.shape_names) == len(shape):
+            return ", ".join(f"{n}={v}" for n, v in zip(self.shape_names, shape))
+        return "x".join(str(d) for d in shape)
+
+
+def load_spec(path: str | os.PathLike[str]) -> OpSpec:
+    """Load an op spec module or an unmodified KernelBench problem file.
+
+    Args:
+        path: the file (a folder is taken to mean its ``spec.py``).
+
+    Returns:
+        The validated `OpSpec` (make_inputs was called once on the smoke shape and bound
+        against the reference's signature, and the reference ran on it).
+
+    Raises:
+        SpecError: the file is missing, does not import (with the line), lacks a reference or
+            inputs, its inputs do not fit the reference, or its kernel path is bad.
+    """
+    p = Path(path)
+    if p.is_dir():
+        p = p / "spec.py"
+    if not p.is_file():
+        raise SpecError(p, "no such file", "give the path of a spec.py or a KernelBench problem file")
+    source = _read_source(p)
+    names = _top_level_names(p, source)
+    if "Model" in names or "get_inputs" in names or "get_init_inputs" in names:
+        from porter.kernelbench import load_kernelbench
+
+        return load_kernelbench(p)
+    module = import_file(p)
+    return spec_from_module(module, p)
+
+
+def _read_source(p: Path) -> str:
+    try:
+        return p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError(p, f"cannot be read: {exc}") from None
+
+
+def _top_level_names(p: Path, source: str) -> set[str]:
+    try:
+        tree = ast.parse(source, filename=str(p))
+    except SyntaxError as exc:
+        raise SpecError(p, f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return out
+
+
+def import_file(p: Path, *, source: str | None = None, tag: str = "spec") -> ModuleType:
+    """Import a Python file under a fresh module name, turning failures into `SpecError`.
+
+    A fresh name each time, so a kernel file imported under TRITON_INTERPRET=1 and again
+    without it gives two independent modules (the decorator decides at import time).
+
+    Args:
+        p: the file.
+        source: exec this text instead of the file's (used to override KernelBench sizes);
+            line numbers still refer to the file.
+        tag: part of the module name, for logs.
+
+    Raises:
+        SpecError: naming the file and the line where the import failed.
+    """
+    mod_name = f"_porter_{tag}_{p.stem.replace('-', '_')}_{next(_module_counter)}"
+    spec = importlib.util.spec_from_file_location(mod_name, p)
+    if spec is None or spec.loader is None:
+        raise SpecError(p, "is not an importable Python file")
+    module = importlib.util.module_from_spec(spec)
+    # Registered so dataclasses/pickling inside the module can find it; the spec's own folder
+    # is put on sys.path so `from kernel import ...` beside the spec works.
+    sys.modules[mod_name] = module
+    folder = str(p.parent.resolve())
+    added = folder not in sys.path
+    if added:
+        sys.path.insert(0, folder)
+    try:
+        if source is None:
+            spec.loader.exec_module(module)
+        else:
+            exec(compile(source, str(p), "exec"), module.__dict__)  # noqa: S102 - user's own file
+    except SyntaxError as exc:
+        sys.modules.pop(mod_name, None)
+        raise SpecError(p, f"syntax error at line {exc.lineno}: {exc.msg}") from None
+    except Exception as exc:  # noqa: BLE001 - any import failure becomes one clear line
+        sys.modules.pop(mod_name, None)
+        raise SpecError(p, f"import failed{_line_in(exc, p)}: {type(exc).__name__}: {exc}") from None
+    finally:
+        if added:
+            sys.path.remove(folder)
+    return module
+
+
+def _line_in(exc: BaseException, p: Path) -> str:
+    """" at line N" for the deepest traceback frame inside file `p`, or ""."""
+    line = None
+    tb = exc.__traceback__
+    target = str(p.resolve())
+    while tb is not None:
+        if str(Path(tb.tb_frame.f_code.co_filename).resolve()) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f" at line {line}" if line is not None else ""
+
+
+def _shape_list(p: Path, module: ModuleType, attr: str, required: bool) -> tuple[Shape, ...]:
+    value = getattr(module, attr, None)
+    if value is None:
+        if required:
+            raise SpecError(p, f"no {attr}", f"define {attr} = [(4096, 4096), ...]")
+        return ()
+    try:
+        shapes = tuple(tuple(int(d) for d in s) for s in value)
+    except (TypeError, ValueError):
+        raise SpecError(p, f"{attr} must be a list of tuples of ints, got {value!r}") from None
+    if required and not shapes:
+        raise SpecError(p, f"{attr} is empty")
+    for s in shapes:
+        if any(d <= 0 for d in s):
+            raise SpecError(p, f"{attr}: every size must be positive, got {s}")
+    return shapes
+
+
+def default_interpret_shapes(shapes: Sequence[Shape]) -> tuple[Shape, ...]:
+    """Reduced shapes for the interpreter when a spec gives none.
+
+    Keeps the rank and whether a size is a power of two: leading dims are capped at 7 rows /
+    3 batches and the last dim at 1000 (or 1024 when the original is a power of two).
+    """
+    out: list[Shape] = []
+    for s in shapes:
+        last_cap = 1024 if (s[-1] & (s[-1] - 1)) == 0 else 1000
+        lead = tuple(min(d, 7 if i == len(s) - 2 else 3) for i, d in enumerate(s[:-1]))
+        reduced = (*lead, min(s[-1], last_cap))
+        if reduced not in out:
+            out.append(reduced)
+    return tuple(out)
+
+
+def _callable(p: Path, module: ModuleType, attr: str, required: bool) -> Callable[..., Any] | None:
+    value = getattr(module, attr, None)
+    if value is None:
+        if required:
+            hint = {
+                "reference": "define `def reference(*inputs)` in plain PyTorch: the meaning of the op",
+                "make_inputs": "define `def make_inputs(shape, dtype, device, generator)` returning a tuple",
+            }.get(attr, "")
+            raise SpecError(p, f"no {attr}", hint)
+        return None
+    if not callable(value):
+        raise SpecError(p, f"{attr} must be a function, got {type(value).__name__}")
+    return value
+
+
+def resolve_file_attr(spec_path: Path, ref: str, field_name: str, *, interpret: bool | None = None,
+                      cache: dict[Path, ModuleType] | None = None) -> Any:
+    """Resolve ``"kernel.py::name"`` relative to the spec file.
+
+    Args:
+        spec_path: the spec file the reference is relative to.
+        ref: "file.py::attribute".
+        field_name: the spec field, for the error message (e.g. "TRITON_KERNEL").
+        interpret: None to import under the current TRITON_INTERPRET; True/False to set it
+            for the import (and leave it so, as the kernels need it while they run).
+
+    Raises:
+        SpecError: bad format, missing file, import failure, or missing attribute.
+    """
+    if not isinstance(ref, str) or "::" not in ref:
+        raise SpecError(spec_path, f"{field_name} must look like 'kernel.py::_kernel_name', got {ref!r}")
+    rel, attr = ref.split("::", 1)
+    kpath = (spec_path.parent / rel).resolve()
+    if not kpath.is_file():
+        raise SpecError(spec_path, f"{field_name}: no file {kpath} (paths are relative to the spec)")
+    if interpret is not None:
+        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    module = cache.get(kpath) if cache is not None else None
+    if module is None:
+        module = import_file(kpath, tag="kernel")
+        if cache is not None:
+            cache[kpath] = module
+    if not hasattr(module, attr):
+        available = sorted(n for n in vars(module) if not n.startswith("__"))
+        raise SpecError(
+            spec_path, f"{field_name}: {rel} has no {attr!r}", f"it defines: {', '.join(available)}"
+        )
+    return getattr(module, attr)
+
+
+def _is_triton_kernel(obj: Any) -> bool:
+    # JITFunction normally; InterpretedFunction under TRITON_INTERPRET=1. Both wrap `.fn`.
+    return type(obj).__name__ in ("JITFunction", "InterpretedFunction") or (
+        hasattr(obj, "fn") and hasattr(obj, "arg_names")
+    )
+
+
+def load_kernel(spec_path: Path, ref: str, launcher_ref: str | None, tunables: dict[str, Any],
+                *, interpret: bool | None = None) -> tuple[KernelRef, Callable[..., Any] | None]:
+    """Load a spec's TRITON_KERNEL (and TRITON_LAUNCHER) into a `KernelRef` and a callable.
+
+    Raises:
+        SpecError: when the path is bad or the attribute is not a `@triton.jit` function.
+    """
+    cache: dict[Path, ModuleType] = {}
+    fn = resolve_file_attr(spec_path, ref, "TRITON_KERNEL", interpret=interpret, cache=cache)
+    if not _is_triton_kernel(fn):
+        raise SpecError(spec_path, f"TRITON_KERNEL {ref!r} is a {type(fn).__name__}, not a @triton.jit kernel")
+    kfile = (spec_path.parent / ref.split("::", 1)[0]).resolve()
+    constexprs = {k: v for k, v in tunables.items() if k.isupper() and not isinstance(v, (list, tuple))}
+    kernel = KernelRef(name=ref.split("::", 1)[1], fn=fn, source=kfile.read_text(), constexprs=constexprs)
+    launcher = None
+    if launcher_ref is not None:
+        launcher = resolve_file_attr(spec_path, launcher_ref, "TRITON_LAUNCHER", cache=cache)
+        if not callable(launcher):
+            raise SpecError(spec_path, f"TRITON_LAUNCHER {launcher_ref!r} is not callable")
+    return kernel, launcher
+
+
+def spec_from_module(module: ModuleType, p: Path) -> OpSpec:
+    """Build and validate an `OpSpec` from an imported spec module (format: module docstring)."""
+    reference = _callable(p, module, "reference", required=True)
+    make_inputs = _callable(p, module, "make_inputs", required=True)
+    assert reference is not None and make_inputs is not None
+    shapes = _shape_list(p, module, "SHAPES", required=True)
+    interpret_shapes = _shape_list(p, module, "INTERPRET_SHAPES", required=False) or default_interpret_shapes(shapes)
+    odd_shapes = _shape_list(p, module, "ODD_SHAPES", required=False)
+    smoke = getattr(module, "SMOKE_SHAPE", None)
+    smoke_shape = tuple(int(d) for d in smoke) if smoke is not None else interpret_shapes[0]
+    dtypes = tuple(getattr(module, "DTYPES", DEFAULT_DTYPES))
+    for dt in dtypes:
+        if not isinstance(dt, torch.dtype):
+            raise SpecError(p, f"DTYPES must hold torch dtypes, got {dt!r}")
+    tunables = dict(getattr(module, "TUNABLES", {}) or {})
+    kernel_ref = getattr(module, "TRITON_KERNEL", None)
+    launcher_ref = getattr(module, "TRITON_LAUNCHER", None)
+    if launcher_ref is not None and kernel_ref is None:
+        raise SpecError(p, "TRITON_LAUNCHER given without TRITON_KERNEL")
+    kernel = launcher = None
+    if kernel_ref is not None:
+        kernel, launcher = load_kernel(p, kernel_ref, launcher_ref, tunables)
+    name = getattr(module, "NAME", None) or (p.parent.name if p.stem == "spec" else p.stem)
+    description = getattr(module, "DESCRIPTION", None) or (inspect.getdoc(module) or "").split("\n\n")[0]
+    spec = OpSpec(
+        name=str(name),
+        path=p,
+        reference=reference,
+        make_inputs=make_inputs,
+        shapes=shapes,
+        interpret_shapes=interpret_shapes,
+        smoke_shape=smoke_shape,
+        dtypes=dtypes,
+        triton_kernel=kernel,
+        tunables=tunables,
+        triton_launcher=launcher,
+        source_kind="spec",
+        bytes_moved=_callable(p, module, "BYTES", required=False),
+        flops=_callable(p, module, "FLOPS", required=False),
+        description=description,
+        odd_shapes=odd_shapes,
+        adversarial=_callable(p, module, "ADVERSARIAL", required=False),
+        shape_names=tuple(getattr(module, "SHAPE_NAMES", ())),
+    )
+    validate(spec)
+    return spec
+
+
+def validate(spec: OpSpec) -> None:
+    """Call make_inputs once on the smoke shape, bind against the reference, run the reference.
+
+    Raises:
+        SpecError: naming the file and the mismatch (how many inputs vs which parameters).
+    """
+    p = spec.path if spec.path is not None else f"<{spec.name}>"
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    try:
+        inputs = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"), gen)
+    except Exception as exc:  # noqa: BLE001 - user code; report it in one line
+        raise SpecError(
+            p, f"make_inputs{spec.smoke_shape} raised {type(exc).__name__}: {exc}{_line_of(exc, spec.path)}"
+        ) from None
+    if not isinstance(inputs, (tuple, list)):
+        raise SpecError(p, f"make_inputs must return a tuple of inputs, got {type(inputs).__name__}")
+    try:
+        sig = inspect.signature(spec.reference)
+    except (TypeError, ValueError):
+        sig = None
+    if sig is not None:
+        try:
+            sig.bind(*inputs)
+        except TypeError as exc:
+            params = ", ".join(sig.parameters)
+            raise SpecError(
+                p,
+                f"make_inputs returns {len(inputs)} input(s) but reference({params}) does not accept "
+                f"them: {exc}",
+                "make_inputs must return exactly the reference's positional arguments, in order",
+            ) from None
+    try:
+        with torch.no_grad():
+            spec.reference(*inputs)
+    except Exception as exc:  # noqa: BLE001
+        raise SpecError(
+            p,
+            f"reference failed on the smoke shape {spec.smoke_shape}: {type(exc).__name__}: {exc}"
+            f"{_line_of(exc, spec.path)}",
+        ) from None
+
+
+def _line_of(exc: BaseException, path: Path | None) -> str:
+    return "" if path is None else _line_in(exc, path)

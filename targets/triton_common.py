@@ -1,0 +1,279 @@
+"""Cross-compilation shared by the Triton backends (NVIDIA and AMD): build, check, report.
+
+A backend subclass says how to name the GPU target, which extra knobs it accepts, and how to read
+resources out of its artifact; everything else (signature and hints, calling `triton.compile`,
+the fit check, occupancy, the report) lives here so both backends reason about fit identically.
+
+Signature convention (KernelRef.signature): Triton type strings ("*fp32", "*bf16", "i32", "fp32"),
+optionally with a divisibility hint as in `triton.tools.compile`: "i32:16" means the value is a
+multiple of 16. Pointers get the 16-byte alignment hint by default, because that is how the
+JIT specializes a torch tensor argument at launch (torch allocations are 16-byte aligned); without
+it the compiler cannot vectorize or pipeline loads and the read-out would describe a different
+kernel from the one that runs. Write "*fp32:1" to turn the hint off for a pointer.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import abstractmethod
+from typing import TYPE_CHECKING
+from typing import Any
+
+from targets import occupancy as occupancy_mod
+from targets.base import CompileError
+from targets.base import CompileReport
+from targets.base import KernelRef
+from targets.base import LaunchConfig
+from targets.base import Occupancy
+from targets.base import ResourceUsage
+from targets.base import TargetBackend
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+
+log = logging.getLogger(__name__)
+
+
+def memory_word(hw: HardwareModel) -> str:
+    """What the vendor calls per-block on-chip memory: "LDS", "threadgroup memory", "shared memory"."""
+    return {"amd": "LDS", "apple": "threadgroup memory"}.get(hw.vendor, "shared memory")
+
+
+def block_word(hw: HardwareModel) -> str:
+    return {"amd": "workgroup", "apple": "threadgroup"}.get(hw.vendor, "block")
+
+
+def unit_word(hw: HardwareModel) -> str:
+    return {"amd": "CU", "apple": "GPU core"}.get(hw.vendor, "SM")
+
+
+def fit_reasons(resources: ResourceUsage, occ: Occupancy | None, hw: HardwareModel) -> list[str]:
+    """Why a kernel with `resources` cannot run on `hw` (empty list: it fits).
+
+    Args:
+        resources: what the compiled kernel uses.
+        occ: its occupancy on `hw` (None to skip the zero-occupancy check).
+        hw: the device's hardware model.
+
+    Returns:
+        One sentence per exceeded limit, naming the limit, the device and the excess.
+    """
+    lim = hw.limits
+    mem = memory_word(hw)
+    blk = block_word(hw)
+    reasons: list[str] = []
+
+    smem_max = int(lim.shared_memory_per_block_bytes.value)
+    if resources.shared_memory_bytes > smem_max:
+        per = "per CU" if smem_max == int(lim.shared_memory_per_unit_bytes.value) and hw.vendor == "amd" else f"max per {blk}"
+        reasons.append(
+            f"{mem} {resources.shared_memory_bytes} B per {blk} > {smem_max} B {mem} {per} on "
+            f"{hw.name} (by {resources.shared_memory_bytes - smem_max} B)"
+        )
+    regs_max = int(lim.max_registers_per_thread.value)
+    regs = resources.registers_per_thread
+    if regs is not None and regs > regs_max:
+        reasons.append(
+            f"registers {regs} per thread > {regs_max} max per thread on {hw.name} "
+            f"(by {regs - regs_max})"
+        )
+    threads_max = int(lim.max_threads_per_block.value)
+    if resources.threads_per_block > threads_max:
+        reasons.append(
+            f"threads {resources.threads_per_block} per {blk} > {threads_max} max per {blk} on "
+            f"{hw.name} (by {resources.threads_per_block - threads_max})"
+        )
+    if occ is not None and occ.blocks_per_unit == 0 and not reasons:
+        reasons.append(
+            f"zero occupancy: not even one {blk} fits on a {unit_word(hw)} of {hw.name} "
+            f"(limited by {occ.limited_by.replace('_', ' ')})"
+        )
+    return reasons
+
+
+def launch_reasons(config: LaunchConfig, hw: HardwareModel) -> list[str]:
+    """Launch-shape problems visible before compiling (warps, stages), shared by all backends."""
+    reasons: list[str] = []
+    nw = config.num_warps
+    if nw <= 0 or nw & (nw - 1):
+        reasons.append(f"num_warps={nw} must be a positive power of two")
+    else:
+        threads = nw * hw.warp_size
+        threads_max = int(hw.limits.max_threads_per_block.value)
+        if threads > threads_max:
+            unit = "wavefronts" if hw.vendor == "amd" else ("simdgroups" if hw.vendor == "apple" else "warps")
+            reasons.append(
+                f"{nw} {unit} x {hw.warp_size} lanes = {threads} threads > {threads_max} per "
+                f"{block_word(hw)} on {hw.name}"
+            )
+    if config.num_stages < 1:
+        reasons.append(f"num_stages={config.num_stages} must be >= 1")
+    return reasons
+
+
+def knob_reasons(config: LaunchConfig, backend: str, known: frozenset[str]) -> list[str]:
+    """One reason per `config.extra` knob the backend does not understand."""
+    return [
+        f"unknown knob {name!r} for {backend} (known: {', '.join(sorted(known)) or 'none'})"
+        for name in sorted(config.extra)
+        if name not in known
+    ]
+
+
+def split_hint(type_str: str) -> tuple[str, int | None]:
+    """"i32:16" -> ("i32", 16); "*fp32" -> ("*fp32", None)."""
+    if ":" in type_str:
+        base, hint = type_str.split(":", 1)
+        try:
+            return base, int(hint)
+        except ValueError as exc:
+            raise CompileError(f"bad divisibility hint in signature type {type_str!r}") from exc
+    return type_str, None
+
+
+def build_source(kernel: KernelRef) -> Any:
+    """The `triton.compiler.ASTSource` for `kernel`: full signature, constexprs, hints.
+
+    Triton 3.6 and 3.9 both want every argument in the signature, constexprs spelled
+    "constexpr", constexpr values keyed by name, and hints as {(arg_index,): [["tt.divisibility",
+    16]]}.
+
+    Raises:
+        CompileError: when the kernel is not a JITFunction or an argument has no type/value.
+    """
+    from triton.compiler import ASTSource
+
+    fn = kernel.fn
+    arg_names = getattr(fn, "arg_names", None)
+    if arg_names is None:
+        raise CompileError(f"kernel {kernel.name!r}: fn is not a @triton.jit function ({fn!r})")
+    signature: dict[str, str] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    missing: list[str] = []
+    for index, name in enumerate(arg_names):
+        if name in kernel.constexprs:
+            signature[name] = "constexpr"
+            continue
+        if name not in kernel.signature:
+            missing.append(name)
+            continue
+        base, hint = split_hint(kernel.signature[name])
+        if hint is None and base.startswith("*"):
+            hint = 16
+        signature[name] = base
+        if hint == 16:
+            attrs[(index,)] = [["tt.divisibility", 16]]
+    if missing:
+        raise CompileError(
+            f"kernel {kernel.name!r}: no type or constexpr value for argument(s) "
+            f"{', '.join(missing)} (signature has {sorted(kernel.signature)}, constexprs "
+            f"{sorted(kernel.constexprs)})"
+        )
+    extra = sorted(set(kernel.signature) | set(kernel.constexprs)) 
+    unknown = [n for n in extra if n not in arg_names]
+    if unknown:
+        raise CompileError(
+            f"kernel {kernel.name!r} has no argument(s) {', '.join(unknown)}; its arguments are "
+            f"{', '.join(arg_names)}"
+        )
+    return ASTSource(fn=fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs)
+
+
+class TritonBackend(TargetBackend):
+    """Common compile path; subclasses name the GPU target and read the artifact."""
+
+    name: str
+    vendor: str
+    known_knobs: frozenset[str]
+
+    def supports(self, hw: HardwareModel) -> bool:
+        """True when the model says it is built with this backend (hw.build.backend)."""
+        return hw.build.backend == self.name
+
+    @abstractmethod
+    def gpu_target(self, hw: HardwareModel) -> Any:
+        """`triton.backends.compiler.GPUTarget` for `hw`, e.g. GPUTarget("cuda", 90, 32)."""
+
+    @abstractmethod
+    def read_resources(self, compiled: Any, kernel: KernelRef, hw: HardwareModel) -> ResourceUsage:
+        """Resources read from the compiled artifact (cubin / amdgcn)."""
+
+    @abstractmethod
+    def artifacts(self, compiled: Any) -> tuple[dict[str, str], bytes | None]:
+        """Text artifacts to keep ("ptx" / "amdgcn") and the binary (cubin / hsaco)."""
+
+    def validate_config(self, config: LaunchConfig, hw: HardwareModel) -> list[str]:
+        """Reasons `config` cannot run on `hw`, before compiling (empty list = plausible).
+
+        Example: LaunchConfig(num_warps=32) on mi300x -> ["32 wavefronts x 64 lanes = 2048 threads
+        > 1024 per workgroup on mi300x"]; extra={"waves_per_eu": 2} on h100 -> ["unknown knob
+        'waves_per_eu' for triton-cuda (known: maxnreg, num_ctas)"].
+        """
+        reasons: list[str] = []
+        if not self.supports(hw):
+            reasons.append(f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})")
+        reasons += knob_reasons(config, self.name, self.known_knobs)
+        reasons += launch_reasons(config, hw)
+        return reasons
+
+    def options(self, config: LaunchConfig) -> dict[str, Any]:
+        return {"num_warps": config.num_warps, "num_stages": config.num_stages, **config.extra}
+
+    def compile(self, kernel: KernelRef, config: LaunchConfig, hw: HardwareModel) -> CompileReport:
+        """Cross-compile `kernel` for `hw` on this machine, read resources, check the fit.
+
+        Returns:
+            CompileReport(tier="compiled"), fits=False with reasons when a limit is exceeded
+            (e.g. "LDS 98304 B per workgroup > 65536 B LDS per CU on mi300x (by 32768 B)").
+
+        Raises:
+            CompileError: the device is not this backend's, a knob is unknown, an argument is
+                untyped, or Triton itself rejects the kernel; the message names kernel and target.
+        """
+        where = f"{kernel.name} for {hw.name} ({self.name} {hw.build.arch})"
+        blocking = []
+        if not self.supports(hw):
+            blocking.append(f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})")
+        blocking += knob_reasons(config, self.name, self.known_knobs)
+        if blocking:
+            raise CompileError(f"cannot build {where}: " + "; ".join(blocking))
+
+        import triton
+
+        source = build_source(kernel)
+        try:
+            compiled = triton.compile(source, target=self.gpu_target(hw), options=self.options(config))
+        except Exception as exc:  # Triton raises many types; all mean "the compiler said no"
+            detail = str(exc).strip().splitlines()
+            head = detail[-1] if detail else ""
+            raise CompileError(f"Triton failed to compile {where}: {type(exc).__name__}: {head}") from exc
+
+        resources = self.read_resources(compiled, kernel, hw)
+        occ = occupancy_mod.compute(resources, hw)
+        reasons = fit_reasons(resources, occ, hw)
+        # Launch-shape problems the artifact alone does not show (e.g. num_stages < 1).
+        for reason in launch_reasons(config, hw):
+            if "threads" not in reason:
+                reasons.append(reason)
+        notes = list(self.notes(resources, hw))
+        if resources.spill_bytes:
+            notes.append(f"spills: {resources.spill_bytes} B per thread of local/scratch memory")
+        text, binary = self.artifacts(compiled)
+        log.debug("compiled %s: %s %s", where, resources, occ)
+        return CompileReport(
+            target=hw.name,
+            backend=self.name,
+            arch=hw.build.arch,
+            tier="compiled",
+            fits=not reasons,
+            reasons=tuple(reasons),
+            resources=resources,
+            occupancy=occ,
+            artifacts=text,
+            binary=binary,
+            notes=tuple(notes),
+        )
+
+    def notes(self, resources: ResourceUsage, hw: HardwareModel) -> list[str]:
+        """Backend-specific remarks for the report (none by default)."""
+        return []

@@ -1,0 +1,142 @@
+"""The pack loader: entry choice by device/shape/dtype, fallbacks, integrity, the interpreter."""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import porter
+from porter.loader import PackFallbackWarning
+from porter.loader import load_pack
+from porter.pack import PackIntegrityError
+from porter.pack import read_manifest
+from tests.porter.test_pack_helpers import make_pack
+
+
+def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    xf = x.double()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.double()).to(x.dtype)
+
+
+def _inputs(shape: tuple[int, ...], dtype: torch.dtype = torch.float32, device: str = "cpu"):
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(*shape, generator=gen, dtype=torch.float32).to(dtype).to(device)
+    w = torch.randn(shape[-1], generator=gen, dtype=torch.float32).to(dtype).to(device)
+    return x, w
+
+
+def test_lazy_export() -> None:
+    assert porter.load_pack is load_pack
+
+
+@pytest.mark.parametrize(("device", "shape", "dtype", "target", "warps"), [
+    ("h100", (4096, 4096), torch.float32, "h100", 8),
+    ("h100", (64, 200), torch.float32, "h100", 4),  # nearest bucket 64x256
+    ("h100", (2, 2048, 4096), torch.bfloat16, "h100", 16),
+    ("mi300x", (4096, 4096), torch.float32, "mi300x", 4),
+], ids=["h100-big-fp32", "h100-small-fp32", "h100-3d-bf16", "mi300x"])
+def test_picks_entry_by_device_shape_dtype(tmp_path: Path, device: str, shape: tuple[int, ...],
+                                           dtype: torch.dtype, target: str, warps: int) -> None:
+    op = load_pack(make_pack(tmp_path), device=device)
+    # meta tensors stand for tensors on the GPU: the choice needs only device, shape and dtype
+    c = op.choose(*_inputs(shape, dtype, "meta"))
+    assert c.runs_kernel and c.target == target and not c.interpret
+    assert c.bucket["config"] == {"num_warps": warps}
+
+
+@pytest.mark.parametrize(("device", "why"), [
+    ("b200", "no entry for b200"),
+    ("m4", "emitted"),  # Metal source was never checked: it must not run
+], ids=["no-entry", "emitted-only"])
+def test_unverified_or_missing_entry_falls_back(tmp_path: Path, device: str, why: str) -> None:
+    op = load_pack(make_pack(tmp_path), device=device)
+    c = op.choose(*_inputs((4096, 4096), torch.float32, "meta"))
+    assert not c.runs_kernel and why in c.reason
+    assert "reference (fallback)" in op.describe(*_inputs((8, 8), torch.float32, "meta"))
+
+
+def test_compiled_only_entry_never_runs(tmp_path: Path) -> None:
+    op = load_pack(make_pack(tmp_path, h100_tier="compiled"), device="h100")
+    c = op.choose(*_inputs((4096, 4096), torch.float32, "meta"))
+    assert not c.runs_kernel and "never checked" in c.reason
+
+
+def test_cpu_runs_interpreter_and_matches_reference(tmp_path: Path,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    op = load_pack(make_pack(tmp_path), device="cpu")
+    x, w = _inputs((5, 200))
+    assert "INTERPRETER" in op.describe(x, w)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)  # a fallback here would be a bug
+        with caplog.at_level(logging.WARNING, logger="porter.loader"):
+            y = op(x, w)
+            op(x, w)
+    torch.testing.assert_close(y, _ref(x, w), atol=1e-5, rtol=1e-5)
+    interp_logs = [r for r in caplog.records if "INTERPRETER" in r.getMessage()]
+    assert len(interp_logs) == 1
+    out = torch.full_like(x, float("nan"))
+    assert op(x, w, out=out) is out and not out.isnan().any()
+
+
+def test_no_fitting_entry_warns_exactly_once(tmp_path: Path) -> None:
+    op = load_pack(make_pack(tmp_path), device="cpu")
+    x, w = _inputs((5, 200), torch.float16)  # the pack has no fp16 config
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        y1 = op(x, w)
+        y2 = op(x, w)
+    fallback = [c for c in caught if issubclass(c.category, PackFallbackWarning)]
+    assert len(fallback) == 1
+    assert "fp16" in str(fallback[0].message) and "reference" in str(fallback[0].message)
+    torch.testing.assert_close(y1, _ref(x, w), atol=2e-3, rtol=2e-3)
+    assert torch.equal(y1, y2)
+
+
+def test_cpu_without_interpreted_entries_falls_back(tmp_path: Path) -> None:
+    op = load_pack(make_pack(tmp_path, h100_tier="compiled", cpu_ok=False))
+    x, w = _inputs((5, 200))
+    with pytest.warns(PackFallbackWarning, match="interpreted tier"):
+        y = op(x, w)
+    torch.testing.assert_close(y, _ref(x, w), atol=1e-5, rtol=1e-5)
+
+
+def test_detects_cpu_by_default(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this test is about a machine without a GPU")
+    op = load_pack(make_pack(tmp_path))
+    assert "no known GPU detected" in op.describe()
+
+
+def test_refuses_tampered_kernel(tmp_path: Path) -> None:
+    pack = make_pack(tmp_path)
+    m = read_manifest(pack)
+    rel = next(b["file"] for e in m["entries"] if e["target"] == "h100" for b in e["buckets"])
+    path = pack / rel
+    path.write_text(path.read_text().replace("1.0 / tl.sqrt", "1.01 / tl.sqrt"))
+    with pytest.raises(PackIntegrityError, match=path.name):
+        load_pack(pack, device="h100")
+    with pytest.raises(PackIntegrityError, match=path.name):
+        load_pack(pack, device="cpu")  # the CPU would run it under the interpreter, too
+    load_pack(pack, device="mi300x")  # an entry that does not use the file still loads
+
+
+def test_refuses_tampered_reference(tmp_path: Path) -> None:
+    pack = make_pack(tmp_path)
+    (pack / "reference.py").write_text("def reference(x, w):\n    return x\n")
+    with pytest.raises(PackIntegrityError, match="reference.py"):
+        load_pack(pack, device="b200")
+
+
+def test_custom_op_inside_torch_compile(tmp_path: Path) -> None:
+    op = load_pack(make_pack(tmp_path), device="cpu", register_custom_op=True)
+    x, w = _inputs((5, 200))
+
+    @torch.compile(backend="aot_eager", fullgraph=True)
+    def f(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return op.custom_op(a, b) * 2
+
+    torch.testing.assert_close(f(x, w), _ref(x, w) * 2, atol=1e-5, rtol=1e-5)
