@@ -19,14 +19,28 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Tolerance": ("harness.tolerance", "Tolerance"),
 }
 _SUBMODULES = frozenset(
-    {"tolerance", "guards", "problem", "timing", "roofline", "projection", "store", "env_info", "selftest"}
+    {
+        "tolerance",
+        "guards",
+        "problem",
+        "timing",
+        "roofline",
+        "projection",
+        "store",
+        "env_info",
+        "selftest",
+    }
 )
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         module_name, attr = _LAZY[name]
-        value = getattr(importlib.import_module(module_name), attr) if attr else importlib.import_module(module_name)
+        value = (
+            getattr(importlib.import_module(module_name), attr)
+            if attr
+            else importlib.import_module(module_name)
+        )
         # `harness.check` is also a submodule name: pin the function so later lookups get it.
         globals()[name] = value
         return value

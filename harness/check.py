@@ -111,7 +111,9 @@ class CheckReport:
     def summary(self) -> str:
         """Multi-line text: one line per stage, then the tolerance policy."""
         mode = "interpreter" if self.interpreted else "native"
-        lines = [f"check {self.problem} on {self.device} ({mode}): {'PASS' if self.passed else 'FAIL'}"]
+        lines = [
+            f"check {self.problem} on {self.device} ({mode}): {'PASS' if self.passed else 'FAIL'}"
+        ]
         for s in self.stages:
             tag = "ok  " if s.passed else "FAIL"
             lines.append(f"  {tag} {s.name:<12} {s.seconds:6.2f}s  {s.message}")
@@ -236,7 +238,8 @@ def check(
         shapes=shapes,
     )
     if store is not None:
-        _record(store, report, hw)
+        variant = getattr(candidate, "__name__", type(candidate).__name__)
+        _record(store, report, hw, variant, ctx.max_abs, ctx.max_rel)
     return report
 
 
@@ -296,12 +299,24 @@ def _stage_adversarial(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResul
             trials += 1
     if trials == 0:
         msg = f"no adversarial case was representable in the output dtype (skipped {skipped})"
-        return StageResult("adversarial", False, msg, (shape,), _dns(dtypes), 0, reason="error",
-                           caught_by="adversarial")
+        return StageResult(
+            "adversarial",
+            False,
+            msg,
+            (shape,),
+            _dns(dtypes),
+            0,
+            reason="error",
+            caught_by="adversarial",
+        )
     note = f"; skipped (reference not representable): {', '.join(skipped)}" if skipped else ""
     return StageResult(
-        "adversarial", True, f"{trials} cases" + note + "; " + _pass_text(ctx, 1, len(dtypes)),
-        (shape,), _dns(dtypes), trials,
+        "adversarial",
+        True,
+        f"{trials} cases" + note + "; " + _pass_text(ctx, 1, len(dtypes)),
+        (shape,),
+        _dns(dtypes),
+        trials,
     )
 
 
@@ -315,7 +330,7 @@ def _stage_determinism(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResul
             first = [t.clone() for t in first]
             for run in range(1, DETERMINISM_RUNS):
                 again = _run_trial(ctx, inputs, "random", shape, dtype, seed)
-                for i, (a, b) in enumerate(zip(first, again)):
+                for i, (a, b) in enumerate(zip(first, again, strict=True)):
                     if _same(a, b, tol):
                         continue
                     diff = (a.double() - b.double()).abs().nan_to_num(nan=math.inf)
@@ -334,9 +349,13 @@ def _stage_determinism(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResul
     if tol == 0:
         msg = f"{DETERMINISM_RUNS} runs bitwise identical for {', '.join(_dns(dtypes))}"
     else:
-        msg = (f"{DETERMINISM_RUNS} runs within declared tolerance {tol:g} "
-               f"(reason: {ctx.problem.nondeterminism_reason or 'none given'})")
-    return StageResult("determinism", True, msg, (shape,), _dns(dtypes), DETERMINISM_RUNS * len(dtypes))
+        msg = (
+            f"{DETERMINISM_RUNS} runs within declared tolerance {tol:g} "
+            f"(reason: {ctx.problem.nondeterminism_reason or 'none given'})"
+        )
+    return StageResult(
+        "determinism", True, msg, (shape,), _dns(dtypes), DETERMINISM_RUNS * len(dtypes)
+    )
 
 
 def _stage_odd_sizes(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResult:
@@ -350,7 +369,9 @@ def _stage_odd_sizes(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResult:
         except _Fail as f:
             return _failed("odd_sizes", f, shapes, dtype, trials)
         trials += 1
-    return StageResult("odd_sizes", True, _pass_text(ctx, len(shapes), 1), shapes, (_dn(dtype),), trials)
+    return StageResult(
+        "odd_sizes", True, _pass_text(ctx, len(shapes), 1), shapes, (_dn(dtype),), trials
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -405,7 +426,9 @@ def odd_shapes(problem: Problem, interpreted: bool) -> tuple[Shape, ...]:
         smoke = tuple(problem.smoke_shape)
         shapes = [smoke[:-1] + (n,) for n in ODD_INNER_SIZES]
         if len(smoke) >= 2:
-            shapes.append(tuple(3 if i % 2 == 0 else 5 for i in range(len(smoke) - 1)) + (ODD_INNER_SIZES[0],))
+            shapes.append(
+                tuple(3 if i % 2 == 0 else 5 for i in range(len(smoke) - 1)) + (ODD_INNER_SIZES[0],)
+            )
     if interpreted:
         shapes = [shrink_shape(s, INTERPRET_ODD_BUDGET, keep_last=True) for s in shapes]
     return _dedup(shapes)
@@ -450,11 +473,15 @@ def generic_adversarial(
     sign = torch.where(rand_like(x0) < 0.5, -1.0, 1.0)
     rows = x0.float().reshape(-1, x0.shape[-1]) if x0.dim() else x0.float().reshape(1, 1)
     cases: list[tuple[str, tuple[Any, ...]]] = []
-    cases.append((f"large_identical({large:g})", with_x(torch.full(x0.shape, large, device=device))))
+    cases.append(
+        (f"large_identical({large:g})", with_x(torch.full(x0.shape, large, device=device)))
+    )
     eq = rows.clone()
     eq[0] = 3.0
     cases.append(("all_equal_row", with_x(eq.reshape(x0.shape))))
-    centre = 1.0 + 4.0 * torch.rand((rows.shape[0], 1), generator=gen, device=device, dtype=torch.float64)
+    centre = 1.0 + 4.0 * torch.rand(
+        (rows.shape[0], 1), generator=gen, device=device, dtype=torch.float64
+    )
     noise = 1e-3 * (torch.rand(rows.shape, generator=gen, device=device, dtype=torch.float64) - 0.5)
     cases.append(("near_zero_variance", with_x((centre * (1.0 + noise)).reshape(x0.shape))))
     expo = (rand_like(x0) * 2.0 - 1.0) * decades
@@ -509,12 +536,15 @@ def _run_trial(
     if recorder is not None:
         bad = guards.torch_compute_ops(recorder.ops)
         if bad:
-            raise _Fail("torch_compute", f"{guards.torch_compute_message(bad)} ({where})",
-                        guard="no_torch_compute")
+            raise _Fail(
+                "torch_compute",
+                f"{guards.torch_compute_message(bad)} ({where})",
+                guard="no_torch_compute",
+            )
     if late is not None:
         raise _Fail("early_return", f"{late} ({where})", guard="completion")
     _check_returned(returned, out, where)
-    for i, (o, r) in enumerate(zip(outs, ref_outs)):
+    for i, (o, r) in enumerate(zip(outs, ref_outs, strict=True)):
         _compare(ctx, o, r, i, where)
     return outs
 
@@ -524,7 +554,7 @@ def _stale_output_guard(
 ) -> None:
     """Same input tensors, new contents written in place, same output buffers: must follow."""
     fresh, seed = _fresh_inputs(ctx, shape, dtype)
-    for old, new in zip(inputs, fresh):
+    for old, new in zip(inputs, fresh, strict=True):
         if isinstance(old, torch.Tensor):
             old.copy_(new)
     out = outs[0] if len(outs) == 1 else tuple(outs)
@@ -548,13 +578,18 @@ def _check_returned(returned: Any, out: Any, where: str) -> None:
         ok = (
             isinstance(returned, (tuple, list))
             and len(returned) == len(out)
-            and all(isinstance(r, torch.Tensor) and _same_buffer(r, o) for r, o in zip(returned, out))
+            and all(
+                isinstance(r, torch.Tensor) and _same_buffer(r, o)
+                for r, o in zip(returned, out, strict=True)
+            )
         )
     if not ok:
         got = type(returned).__name__
         if isinstance(returned, torch.Tensor):
             got = f"a tensor of shape {tuple(returned.shape)} {_dn(returned.dtype)}"
-        raise _Fail("contract", f"candidate must write into and return `out`; it returned {got} ({where})")
+        raise _Fail(
+            "contract", f"candidate must write into and return `out`; it returned {got} ({where})"
+        )
 
 
 def _same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -565,17 +600,22 @@ def _compare(ctx: _Ctx, out: torch.Tensor, ref: torch.Tensor, index: int, where:
     tol = tolerance(out.dtype, ctx.hw, ctx.uses_matrix_units)
     ctx.used_tolerances.setdefault(_dn(out.dtype), tol)
     if out.shape != ref.shape:
-        raise _Fail("contract", f"output {index} has shape {tuple(out.shape)}, reference "
-                    f"{tuple(ref.shape)} ({where})")
+        raise _Fail(
+            "contract",
+            f"output {index} has shape {tuple(out.shape)}, reference {tuple(ref.shape)} ({where})",
+        )
     o = out.to(ref.dtype)
     if not out.is_floating_point():
         bad = o != ref
         if bool(bad.any()):
             first = _index(bad.flatten().nonzero()[0, 0], bad.shape)
             poison = _poison_value(out.dtype)
-            raise _Fail("mismatch", f"output {index}: {int(bad.sum())} of {bad.numel()} integer "
-                        f"elements differ, first at index {first}: got {out[first].item()}, "
-                        f"expected {ref[first].item()} (poison sentinel is {poison}) ({where})")
+            raise _Fail(
+                "mismatch",
+                f"output {index}: {int(bad.sum())} of {bad.numel()} integer "
+                f"elements differ, first at index {first}: got {out[first].item()}, "
+                f"expected {ref[first].item()} (poison sentinel is {poison}) ({where})",
+            )
         return
     ref_finite = torch.isfinite(ref)
     nonfinite = ref_finite & ~torch.isfinite(o)
@@ -595,15 +635,18 @@ def _compare(ctx: _Ctx, out: torch.Tensor, ref: torch.Tensor, index: int, where:
     rel = err / ref.abs().clamp_min(torch.finfo(out.dtype).tiny)
     allowed = tol.atol + tol.rtol * ref.abs()
     excess = err / allowed
-    max_abs, max_rel = float(err.max()) if err.numel() else 0.0, float(rel.max()) if rel.numel() else 0.0
+    max_abs, max_rel = (
+        float(err.max()) if err.numel() else 0.0,
+        float(rel.max()) if rel.numel() else 0.0,
+    )
     ctx.max_abs, ctx.max_rel = max(ctx.max_abs, max_abs), max(ctx.max_rel, max_rel)
     bad = err > allowed
     if bool(bad.any()):
         worst = _index(excess.argmax(), excess.shape)
         raise _Fail(
             "mismatch",
-            f"output {index}: {int(bad.sum())} of {bad.numel()} elements out of tolerance; worst at "
-            f"index {worst}: got {o[worst].item():.6g}, expected {ref[worst].item():.6g} "
+            f"output {index}: {int(bad.sum())} of {bad.numel()} elements out of tolerance; "
+            f"worst at index {worst}: got {o[worst].item():.6g}, expected {ref[worst].item():.6g} "
             f"(abs err {err[worst].item():.3e}, rel err {rel[worst].item():.3e}); max abs err "
             f"{max_abs:.3e}, max rel err {max_rel:.3e}; tolerance {tol.describe()} ({where})",
         )
@@ -628,11 +671,15 @@ def _reference(
         result = ctx.problem.reference(*copies)
     outs = [result] if isinstance(result, torch.Tensor) else list(result)
     if not all(isinstance(r, torch.Tensor) for r in outs):
-        raise ValueError(f"problem {ctx.problem.name}: reference must return a tensor or a tuple of tensors")
+        raise ValueError(
+            f"problem {ctx.problem.name}: reference must return a tensor or a tuple of tensors"
+        )
     return outs, isinstance(result, torch.Tensor)
 
 
-def _alloc_out(ref_outs: list[torch.Tensor], dtype: torch.dtype, device: torch.device, single: bool) -> Any:
+def _alloc_out(
+    ref_outs: list[torch.Tensor], dtype: torch.dtype, device: torch.device, single: bool
+) -> Any:
     bufs = [
         torch.empty(r.shape, dtype=dtype if r.is_floating_point() else r.dtype, device=device)
         for r in ref_outs
@@ -666,7 +713,9 @@ def _representable(ref_outs: list[torch.Tensor], dtype: torch.dtype) -> bool:
 def _fresh_inputs(ctx: _Ctx, shape: Shape, dtype: torch.dtype) -> tuple[tuple[Any, ...], int]:
     seed = _new_seed()
     inputs = tuple(ctx.problem.make_inputs(shape, dtype, ctx.device, _generator(ctx.device, seed)))
-    floats = [t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()]
+    floats = [
+        t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
+    ]
     if floats and all(not bool(t.any()) for t in floats):
         raise ValueError(
             f"problem {ctx.problem.name}: make_inputs{shape} {_dn(dtype)} returned all-zero "
@@ -724,17 +773,27 @@ def _dns(dtypes: Sequence[torch.dtype]) -> tuple[str, ...]:
     return tuple(_dn(d) for d in dtypes)
 
 
-def _failed(stage: str, f: _Fail, shapes: Sequence[Shape], dtype: torch.dtype, trials: int = 0) -> StageResult:
+def _failed(
+    stage: str, f: _Fail, shapes: Sequence[Shape], dtype: torch.dtype, trials: int = 0
+) -> StageResult:
     prefix = f"[{f.guard}] " if f.guard else ""
     return StageResult(
-        stage, False, prefix + f.message, tuple(shapes), (_dn(dtype),), trials,
-        caught_by=f.guard or stage, reason=f.reason,
+        stage,
+        False,
+        prefix + f.message,
+        tuple(shapes),
+        (_dn(dtype),),
+        trials,
+        caught_by=f.guard or stage,
+        reason=f.reason,
     )
 
 
 def _pass_text(ctx: _Ctx, n_shapes: int, n_dtypes: int) -> str:
-    return (f"{n_shapes} shape(s) x {n_dtypes} dtype(s); max abs err so far {ctx.max_abs:.2e}, "
-            f"max rel err {ctx.max_rel:.2e}")
+    return (
+        f"{n_shapes} shape(s) x {n_dtypes} dtype(s); max abs err so far {ctx.max_abs:.2e}, "
+        f"max rel err {ctx.max_rel:.2e}"
+    )
 
 
 def _with_seconds(r: StageResult, seconds: float) -> StageResult:
@@ -749,20 +808,50 @@ def _detect_hw() -> HardwareModel | None:
 
         detection = hwmodels.detect()
     except (ImportError, AttributeError) as e:
-        log.warning("no hardware model for tolerance overrides: hwmodels.detect unavailable (%s)", e)
+        log.warning(
+            "no hardware model for tolerance overrides: hwmodels.detect unavailable (%s)", e
+        )
         return None
     if detection.model is None:
         log.warning("no hardware model for tolerance overrides: %s", detection.reason)
     return detection.model
 
 
-def _record(store: Any, report: CheckReport, hw: HardwareModel | None) -> None:
-    """Hand the report to the results store (its `record_check` if present)."""
-    record_check = getattr(store, "record_check", None)
-    if record_check is None:
-        log.warning("results store %r has no record_check(report, hw); check not recorded", store)
-        return
-    record_check(report, hw)
+def _record(
+    store: Any,
+    report: CheckReport,
+    hw: HardwareModel | None,
+    variant: str,
+    max_abs: float,
+    max_rel: float,
+) -> None:
+    """Append one row for this check to the results store (`harness.store.ResultsStore`).
+
+    Interpreter runs are tier "interpreted"; native runs on the device are tier "measured" (the
+    device-verified tier), with no `median_ms`, so `store.best()` never ranks a check as a time.
+    """
+    from harness.store import Record
+
+    failed = report.failed
+    store.record(
+        Record(
+            op=report.problem,
+            variant=variant,
+            device=hw.name if hw is not None else report.device,
+            tier="interpreted" if report.interpreted else "measured",
+            passed=report.passed,
+            shape=report.shapes.get("smoke", ((),))[0],
+            dtype=report.stages[0].dtypes[0] if report.stages and report.stages[0].dtypes else "",
+            config={"stages": list(report.requested)},
+            metrics={
+                "stages_passed": sum(s.passed for s in report.stages),
+                "caught_by": report.caught_by,
+                "max_abs_err": max_abs,
+                "max_rel_err": max_rel,
+            },
+            message=failed.message if failed is not None else report.tolerances,
+        )
+    )
 
 
 class _CallableModule(types.ModuleType):

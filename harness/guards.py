@@ -154,8 +154,10 @@ def completion_diff(out: Any, device: torch.device, cpu_wait_s: float = 0.05) ->
     tensors = _flatten(out)
     snapshots = [t.clone() for t in tensors]
     sync_everything(device, cpu_wait_s)
-    for i, (now, then) in enumerate(zip(tensors, snapshots)):
-        same = (now == then) | (now.isnan() & then.isnan()) if now.is_floating_point() else now == then
+    for i, (now, then) in enumerate(zip(tensors, snapshots, strict=True)):
+        same = (
+            (now == then) | (now.isnan() & then.isnan()) if now.is_floating_point() else now == then
+        )
         if not bool(same.all()):
             changed = int((~same).sum())
             return (

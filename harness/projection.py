@@ -89,8 +89,8 @@ class Projection:
             raise ValueError(f"Projection.label must be 'projected', got {self.label!r}")
 
 
-def _effective_rates(hw: HardwareModel, dtype: torch.dtype | str) -> tuple[float, str, float | None,
-                                                                          str]:
+def _effective_rates(hw: HardwareModel,
+                     dtype: torch.dtype | str) -> tuple[float, str, float | None, str]:
     key = dtype_key(dtype)
     meas_bw = hw.measured_value("copy_bandwidth_gbps")
     if meas_bw:
@@ -144,7 +144,8 @@ def project(bytes_moved: int, flops: int, hw: HardwareModel, dtype: torch.dtype 
     units = int(hw.compute_units.value)
     bw_gbps, bw_src, tflops, fl_src = _effective_rates(hw, dtype)
     if flops and tflops is None:
-        raise ValueError(f"projection.project: {hw.name} states no FLOP rate for {dtype_key(dtype)}")
+        raise ValueError(f"projection.project: {hw.name} states no FLOP rate for "
+                         f"{dtype_key(dtype)}")
     bw_bytes_per_ns = bw_gbps  # 1 GB/s == 1 byte/ns
     flop_per_ns = (tflops or 0.0) * 1e3
     breakdown: dict[str, Any] = {
@@ -228,7 +229,8 @@ def _throughput_ms(projected: Projection | float) -> tuple[float, float]:
     return float(projected), 0.0
 
 
-def calibrate(pairs: Sequence[tuple[float, Projection | float]], *, device: str = "") -> Calibration:
+def calibrate(pairs: Sequence[tuple[float, Projection | float]], *,
+              device: str = "") -> Calibration:
     """Fit a scale from (measured_ms, projection) pairs taken on one device.
 
     The scale is the geometric mean of (measured - launch) / projected throughput time, so one

@@ -33,6 +33,7 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import Literal
+from typing import NamedTuple
 
 import torch
 
@@ -88,9 +89,11 @@ class Timing:
     async_suspect: bool = False  # event time far below wall time: work escaping the events
 
 
-@dataclass(frozen=True)
-class Ratio:
-    """Distribution of time(a) / time(b) over per-repetition pairs (< 1: a is faster)."""
+class Ratio(NamedTuple):
+    """Distribution of time(a) / time(b) over per-repetition pairs (< 1: a is faster).
+
+    A tuple (median, p20, p80) as docs/INTERNAL_API.md states, with names for readability.
+    """
 
     median: float
     p20: float
@@ -149,6 +152,7 @@ def require_gpu() -> torch.device:
 
 
 # -- cache flushing -------------------------------------------------------------------------
+# Kept for the process: allocating up to 512 MB per bench call would cost more than it frees.
 _flush_buffers: dict[tuple[int, int], torch.Tensor] = {}
 
 
@@ -219,7 +223,7 @@ class _Runner:
         else:
             self.call()
 
-    def capture(self, n_calls: int) -> None:
+    def capture(self, n_calls: int, llc_bytes: int) -> None:
         # Warm up on a side stream first, as torch.cuda.graphs requires for lazy init.
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -237,6 +241,12 @@ class _Runner:
         self.calls_per_rep = n_calls
         self.notes.append(f"CUDA graph of {n_calls} calls per replay over {len(self.sets)} "
                           f"input set(s)")
+        touched = min(n_calls, len(self.sets)) * derive_bytes(self.sets[0].args,
+                                                              tuple(self.sets[0].kwargs.values()))
+        if n_calls > 1 and touched < llc_bytes:
+            # The flush runs between replays only; calls inside one replay can hit the LLC.
+            self.notes.append(f"inputs touched per replay ({touched} B) fit in the "
+                              f"{llc_bytes} B LLC: calls after the first may run cache-warm")
 
 
 def _estimate_ms(runner: _Runner, calls: int) -> float:
@@ -280,32 +290,35 @@ def _wall_check(runner: _Runner, event_median_ms: float) -> tuple[float, bool, s
     return wall, suspect, note
 
 
-def _choose_graph(runners: Sequence[_Runner], graph: bool | None, warmup: int) -> int:
-    """Calls per graph replay (0 = events mode) after warming every runner up."""
+def _choose_graph(runners: Sequence[_Runner], graph: bool | None, warmup: int) -> list[int]:
+    """Calls per graph replay for each runner (all 0 = events mode), after warming them up.
+
+    The mode is one for all providers (launch overhead removed for all or none); the number of
+    calls per replay is each provider's own, so a slow provider beside a tiny one is not
+    captured hundreds of times over.
+    """
     estimates = []
     for r in runners:
         for _ in range(warmup):
             r.call()
         torch.cuda.synchronize()
         estimates.append(_estimate_ms(r, 5))
-    if graph is False:
-        return 0
-    fastest = min(estimates)
-    if graph is None and fastest >= GRAPH_THRESHOLD_MS:
-        return 0
-    return max(1, min(MAX_GRAPH_CALLS, math.ceil(GRAPH_TARGET_MS / max(fastest, 1e-4))))
+    if graph is False or (graph is None and min(estimates) >= GRAPH_THRESHOLD_MS):
+        return [0] * len(runners)
+    return [max(1, min(MAX_GRAPH_CALLS, math.ceil(GRAPH_TARGET_MS / max(est, 1e-4))))
+            for est in estimates]
 
 
 def _prepare(fns: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any],
              hw: HardwareModel, graph: bool | None, warmup: int) -> tuple[list[_Runner], Mode]:
     sets = _build_arg_sets(make_args, hw)
     runners = [_Runner(name, fn, sets) for name, fn in fns.items()]
-    n_calls = _choose_graph(runners, graph, warmup)
-    if n_calls == 0:
+    counts = _choose_graph(runners, graph, warmup)
+    if not any(counts):
         return runners, "events"
     try:
-        for r in runners:
-            r.capture(n_calls)
+        for r, n_calls in zip(runners, counts, strict=True):
+            r.capture(n_calls, int(hw.llc_bytes))
     except Exception as exc:  # capture fails for host syncs, allocations, unsupported ops
         if graph is True:
             raise
@@ -314,8 +327,8 @@ def _prepare(fns: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any]
         for r in runners:
             r.graph = None
             r.calls_per_rep = 1
-            r.notes.append(f"graph capture failed ({type(exc).__name__}: {exc}); events mode, "
-                           "launch overhead included")
+            r.notes = [f"graph capture failed ({type(exc).__name__}: {exc}); events mode, "
+                       "launch overhead included"]
         return runners, "events"
     return runners, "graph"
 

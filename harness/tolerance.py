@@ -60,7 +60,11 @@ for _name, _atol, _rtol, _why in (
         _BASE[_dt] = (_atol, _rtol, _why)
 
 # tf32: 10-bit mantissa operands on NVIDIA tensor cores (and xf32 on AMD CDNA3 matrix cores).
-_TF32 = (5e-3, 5e-3, "tf32 on {unit}: fp32 operands rounded to a 10-bit mantissa before the multiply")
+_TF32 = (
+    5e-3,
+    5e-3,
+    "tf32 on {unit}: fp32 operands rounded to a 10-bit mantissa before the multiply",
+)
 
 
 def tolerance(
@@ -113,6 +117,8 @@ def _dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def policy_table(hw: HardwareModel | None = None, uses_matrix_units: bool = False) -> list[Tolerance]:
+def policy_table(
+    hw: HardwareModel | None = None, uses_matrix_units: bool = False
+) -> list[Tolerance]:
     """Every dtype's tolerance under one target, for reports and docs."""
     return [tolerance(d, hw, uses_matrix_units) for d in _BASE]

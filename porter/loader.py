@@ -86,6 +86,32 @@ def _interpreter_env(on: bool) -> Iterator[None]:
             os.environ["TRITON_INTERPRET"] = old
 
 
+def ensure_interpreter_ready() -> str | None:
+    """Make sure Triton's interpreter can run kernels in this process; None when it can.
+
+    `triton.language` decides at its own import whether its library functions (`tl.sum`,
+    `tl.max`, ...) are interpreted: imported without TRITON_INTERPRET=1 they are compiled-only
+    JITFunctions, and every interpreted kernel that calls them fails with "Cannot call
+    @triton.jit'd outside of the scope of a kernel". So it is imported here with the variable set
+    (cross-compiling still works afterwards; the variable is restored).
+
+    Returns:
+        None when ready, else the reason the interpreter cannot work in this process.
+    """
+    if "triton.language" not in sys.modules:
+        with _interpreter_env(True):
+            import triton.language  # noqa: F401 - imported for its import-time decision
+        return None
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(getattr(tl, "sum", None), JITFunction) and type(tl.sum) is JITFunction:
+        return ("triton.language was imported before TRITON_INTERPRET=1 was set, so Triton's "
+                "interpreter cannot run kernels in this process; set TRITON_INTERPRET=1 before "
+                "importing triton (or import porter first)")
+    return None
+
+
 def _import_file(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -162,6 +188,8 @@ class PackedOp:
         dtype = _DTYPE_NAMES.get(first.dtype, str(first.dtype))
         bucket = shape_bucket(first.shape)
         on_cpu = first.device.type == "cpu"
+        if on_cpu and (why_not := ensure_interpreter_ready()) is not None:
+            return Choice(None, None, False, why_not)
         if on_cpu:
             targets = [self._cpu_target] if self._cpu_target else [
                 e["target"] for e in self.manifest["entries"] if self._cpu_eligible(e)]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
+import json
 import logging
 import math
 import shutil
@@ -175,6 +176,9 @@ def write_pack(result: PortResult, out_dir: str | Path) -> Path:
         "files": files,
         "entries": entries,
     }
+    # A JSON round trip turns str subclasses (torch's TorchVersion), tuples and paths into plain
+    # YAML-safe values.
+    manifest = json.loads(json.dumps(manifest, default=str))
     (staging / MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))
     if root.exists():
         shutil.rmtree(root)

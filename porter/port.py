@@ -159,7 +159,6 @@ class _Porter:
 
         import hwmodels
         from harness.store import ResultsStore
-        from porter import codegen
 
         self.spec = spec
         self.problem = spec.problem()
@@ -174,8 +173,15 @@ class _Porter:
         example = spec.make_inputs(tuple(spec.smoke_shape), spec.dtypes[0],
                                    torch.device("cpu"), gen)
         self.signature = _kinds(tuple(example))
-        self.gen_op = codegen.generate(spec.reference, tuple(example), name=spec.name)
+        self.gen_op = _generate(spec.reference, tuple(example), spec.name)
         det = hwmodels.detect()
+        if not (det.model is not None and torch.cuda.is_available()):
+            from porter.loader import ensure_interpreter_ready
+
+            why_not = ensure_interpreter_ready()
+            if why_not is not None:
+                raise PortError(f"{spec.path}: correctness needs the Triton interpreter here: "
+                                f"{why_not}")
         self.local = det.model.name if det.model is not None and torch.cuda.is_available() else None
         self.detect_reason = det.reason
         on_cpu = self.local is None
@@ -398,7 +404,10 @@ class _Porter:
                                           torch.Generator().manual_seed(0))
         details: dict[str, Any] = {"kernels": []}
         try:
-            refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant))
+            if backend.name == "metal":
+                refs = [_metal_ref(self._source(backend, cand.variant), self.spec.name)]
+            else:
+                refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant))
         except Exception as exc:  # noqa: BLE001 - codegen rejecting a config is a verdict
             return False, details, f"codegen could not specialize this config: {exc}"
         lc = launch_config(cand.config)
@@ -605,6 +614,23 @@ class _Porter:
         numbers = {k: v for k, v in kept.numbers.items() if not isinstance(v, dict)}
         return BucketChoice(bucket=bucket, dtype=dname, shape=tuple(shape), config=kept.config,
                             source=source, tier=kept.tier, numbers=numbers)
+
+
+def _metal_ref(source: str, op: str) -> Any:
+    """A KernelRef for generated Metal source (the Metal backend emits/inspects, never runs)."""
+    import re
+
+    from targets.base import KernelRef
+
+    found = re.search(r"kernel\s+void\s+(\w+)", source)
+    return KernelRef(name=found.group(1) if found else op, source=source)
+
+
+def _generate(reference: Callable[..., Any], example: tuple[Any, ...], name: str) -> Any:
+    """Template code generation (porter.codegen); a seam the tests replace with a stand-in."""
+    from porter import codegen
+
+    return codegen.generate(reference, example, name=name)
 
 
 def _cfg(config: dict[str, Any]) -> str:

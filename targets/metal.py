@@ -121,8 +121,13 @@ class MetalBackend(TargetBackend):
         Raises:
             CompileError: no source, the device is not Apple, or an unknown knob.
         """
-        if not kernel.source.strip():
-            raise CompileError(f"metal: kernel {kernel.name!r} has no Metal source to emit")
+        if not re.search(r"\bkernel\s+void\b", kernel.source):
+            what = "a Triton kernel" if kernel.fn is not None else "no Metal source"
+            raise CompileError(
+                f"metal builds Metal Shading Language source, and {kernel.name!r} is {what}: "
+                f"give KernelRef.source with `kernel void {kernel.name}(...)` (Metal is emitted "
+                f"by the code generator, not translated from Triton)"
+            )
         blocking = []
         if not self.supports(hw):
             blocking.append(f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})")

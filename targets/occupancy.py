@@ -108,8 +108,14 @@ def compute(resources: ResourceUsage, hw: HardwareModel) -> Occupancy:
                 if reported is not None
                 else amd_waves_per_simd_from_vgprs(resources.registers_per_thread, hw)
             )
-            waves_per_simd_per_block = math.ceil(warps_per_block / AMD_SIMDS_PER_CU)
-            limits["registers"] = waves_per_simd // waves_per_simd_per_block
+            if warps_per_block >= AMD_SIMDS_PER_CU:
+                # Waves of one workgroup go round-robin over the SIMDs, so each SIMD must hold
+                # ceil(waves / 4) of them.
+                per_simd = math.ceil(warps_per_block / AMD_SIMDS_PER_CU)
+                limits["registers"] = waves_per_simd // per_simd
+            else:
+                # Small workgroups pack onto different SIMDs: the CU's slots are what count.
+                limits["registers"] = AMD_SIMDS_PER_CU * waves_per_simd // warps_per_block
         if resources.shared_memory_bytes > 0:
             lds = _round_up(resources.shared_memory_bytes, AMD_LDS_GRANULE)
             limits["shared_memory"] = int(lim.shared_memory_per_unit_bytes.value) // lds

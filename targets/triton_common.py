@@ -85,7 +85,7 @@ def fit_reasons(resources: ResourceUsage, occ: Occupancy | None, hw: HardwareMod
         )
     if occ is not None and occ.blocks_per_unit == 0 and not reasons:
         reasons.append(
-            f"zero occupancy: not even one {blk} fits on a {unit_word(hw)} of {hw.name} "
+            f"zero occupancy: not even one {blk} fits on one {unit_word(hw)} of {hw.name} "
             f"(limited by {occ.limited_by.replace('_', ' ')})"
         )
     return reasons

@@ -7,8 +7,15 @@ several A and B tiles in flight in shared memory / LDS, so per block it needs ab
     num_stages_buffered * (BLOCK_M * BLOCK_K + BLOCK_K * BLOCK_N) * sizeof(dtype)
 
 bytes, which is what makes this kernel a good demonstration of a device-dependent fit: with
-BLOCK_M=BLOCK_N=256, BLOCK_K=64 in bf16 and 3 stages the tiles need well over 64 KB (the LDS of
-an AMD MI300X CU) yet stay under the 227 KB an H100 block may allocate.
+BLOCK_M=BLOCK_N=128, BLOCK_K=64 in bf16, num_warps=4 and num_stages=4 (and M, N, K and the strides
+multiples of 16, so the loads vectorize and pipeline) Triton 3.9 keeps about 128 KB of tiles per
+block on sm_90 and 96 KB of LDS per workgroup on gfx942: under the 227 KB an H100 block may
+allocate, over the 64 KB of LDS an MI300X CU has. `porter compile` shows it:
+
+    porter compile examples/smem_stress/kernel.py::_matmul_fwd_kernel --targets h100,mi300x \
+        --constexpr BLOCK_M=128 --constexpr BLOCK_N=128 --constexpr BLOCK_K=64 --dtype bf16 \
+        --num-warps 4 --num-stages 4 --divisible M --divisible N --divisible K \
+        --divisible stride_am --divisible stride_bk --divisible stride_cm
 
 It is a plain example of the Triton matmul tutorial's structure (no grouping, no masking on M/N
 beyond the bounds check), kept short on purpose.

@@ -31,6 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
+
 @triton.jit
 def _softmax_selftest_fwd_kernel(
     x_ptr,
@@ -86,8 +87,10 @@ def _launch(
     noisy: bool = False,
 ) -> torch.Tensor:
     if x.dim() != 2 or out.shape != x.shape:
-        raise ValueError(f"softmax self-test kernels take 2-D x and out of the same shape, got "
-                         f"{tuple(x.shape)} and {tuple(out.shape)}")
+        raise ValueError(
+            f"softmax self-test kernels take 2-D x and out of the same shape, got "
+            f"{tuple(x.shape)} and {tuple(out.shape)}"
+        )
     n_rows, n_cols = x.shape
     if masked:
         block_n = triton.next_power_of_2(n_cols)
@@ -97,8 +100,16 @@ def _launch(
     if grid_rows > 0:
         seed = time.time_ns() & 0x3FFFFFFF  # < 2^30 so offs * 7 + seed fits int32
         _softmax_selftest_fwd_kernel[(grid_rows,)](
-            x, out, x.stride(0), out.stride(0), n_cols, seed,
-            BLOCK_N=block_n, MASKED=masked, BIASED=biased, NOISY=noisy,
+            x,
+            out,
+            x.stride(0),
+            out.stride(0),
+            n_cols,
+            seed,
+            BLOCK_N=block_n,
+            MASKED=masked,
+            BIASED=biased,
+            NOISY=noisy,
             num_warps=_num_warps(block_n),
         )
     return out

@@ -94,7 +94,7 @@ def load_kernels(interpret: bool) -> ModuleType:
 
 
 def resolve_device(device: str | None) -> str:
-    """"cpu" | "cuda"; None or "auto": cuda when torch sees a GPU."""
+    """ "cpu" | "cuda"; None or "auto": cuda when torch sees a GPU."""
     if device in (None, "auto"):
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in ("cpu", "cuda"):
@@ -139,7 +139,9 @@ def run(
         seconds = sum(s.seconds for s in report.stages)
         if case.expected_stage == PASS:
             ok = report.passed
-            message = "all five stages passed" if ok else (failed.message if failed else "incomplete")
+            message = (
+                "all five stages passed" if ok else (failed.message if failed else "incomplete")
+            )
             caught, reason = (None, None) if failed is None else (failed.caught_by, failed.reason)
         else:
             caught = None if failed is None else failed.caught_by
@@ -148,8 +150,18 @@ def run(
                 case.expected_reason is None or reason == case.expected_reason
             )
             message = failed.message if failed is not None else "slipped through every stage"
-        rows.append(SelftestRow(case.name, case.expected_stage, caught, message, ok,
-                                case.expected_reason, reason, seconds))
+        rows.append(
+            SelftestRow(
+                case.name,
+                case.expected_stage,
+                caught,
+                message,
+                ok,
+                case.expected_reason,
+                reason,
+                seconds,
+            )
+        )
     if dev == "cuda" and (only is None or "memoize_timing" in only):
         if progress is not None:
             progress("memoize_timing")
@@ -177,16 +189,26 @@ def _speed_of_light_row(kernels: ModuleType) -> SelftestRow:
     memo = kernels.SoftmaxMemo()
     # graph=False: the memoizer launches nothing after the first call, and an empty CUDA graph
     # is not what we want to time; events around a no-op give the honest "impossibly fast" time.
-    t = timing.bench(lambda a, o: memo(a, out=o), lambda: (x, out), hw=hw, reps=20, warmup=3,
-                     graph=False)
+    t = timing.bench(
+        lambda a, o: memo(a, out=o), lambda: (x, out), hw=hw, reps=20, warmup=3, graph=False
+    )
     assert problem.bytes_moved is not None
     bytes_moved = problem.bytes_moved((x,), out)
     # A no-op can time at 0.0 ms on the event clock; the smallest positive time keeps
     # analyze's "time > 0" rule and is still (correctly) faster than light.
     time_ms = max(t.median_ms, 1e-6)
     r = roofline.analyze(bytes_moved, 0, time_ms, hw, torch.float32)
-    message = (f"median {t.median_ms:.4f} ms for {bytes_moved / 1e6:.0f} MB; floor "
-               f"{r.floor_ms:.4f} ms; {r.message}")
+    message = (
+        f"median {t.median_ms:.4f} ms for {bytes_moved / 1e6:.0f} MB; floor "
+        f"{r.floor_ms:.4f} ms; {r.message}"
+    )
     caught = "speed_of_light" if r.exceeds_speed_of_light else None
-    return SelftestRow(name, expected, caught, message, caught == expected,
-                       "exceeds_speed_of_light", "exceeds_speed_of_light" if caught else None)
+    return SelftestRow(
+        name,
+        expected,
+        caught,
+        message,
+        caught == expected,
+        "exceeds_speed_of_light",
+        "exceeds_speed_of_light" if caught else None,
+    )

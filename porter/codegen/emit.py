@@ -290,6 +290,9 @@ class Emitter:
         if self.flat:
             # Flat elementwise: every non-scalar tensor is contiguous with the output's shape.
             scalar = all(s == 1 for s in n.shape)
+            if self.dialect == "metal":
+                val = f"in{k}[0]" if scalar else f"in{k}[offs]"
+                return self.tmp(f"(float){val}" if cls == "f" else val, "x")
             load = f"tl.load({ptr})" if scalar else f"tl.load({ptr} + offs, mask=mask)"
             return self.tmp(load + (".to(tl.float32)" if cls == "f" else ""), "x")
         terms_row, terms_col = [], []

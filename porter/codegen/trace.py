@@ -64,10 +64,12 @@ class _Lowering:
     def __init__(self) -> None:
         self.g = Graph()
         self.env: dict[torch.fx.Node, Any] = {}
+        self.cur = ""  # the aten op being lowered: every IR node it creates is tagged with it
 
     # -- helpers -----------------------------------------------------------------------------
     def pw(self, fn: str, *args: Any, like: Any, dtype: torch.dtype | None = None,
            origin: str = "") -> Node:
+        origin = origin or self.cur
         shape = _broadcast([a.shape for a in args if isinstance(a, Node)])
         if dtype is None:
             dtype = like.dtype if isinstance(like, Node) else like
@@ -75,6 +77,7 @@ class _Lowering:
 
     def reduce(self, kind: str, x: Node, dims: Sequence[int], keepdim: bool, origin: str,
                dtype: torch.dtype | None = None) -> Node:
+        origin = origin or self.cur
         dims = sorted({d % x.rank for d in dims}) if dims else list(range(x.rank))
         shape = [1 if i in dims else s for i, s in enumerate(x.shape)]
         if not keepdim:
@@ -166,6 +169,7 @@ class _Lowering:
     def lower(self, n: torch.fx.Node) -> Any:  # noqa: C901 - one dispatch table, flat
         target = n.target
         origin = str(target)
+        self.cur = origin
         args = [self.arg(a) for a in n.args]
         kw = {k: self.arg(v) for k, v in n.kwargs.items()}
         val = n.meta.get("val")

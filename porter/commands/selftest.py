@@ -54,8 +54,9 @@ def selftest_cmd(device: str, verbose: bool) -> None:
         if verbose or not r.ok:
             click.echo(f"\n{r.kernel}: {r.message}")
     bad = [r.kernel for r in rows if not r.ok]
-    click.echo(f"\n{len(rows) - len(bad)}/{len(rows)} as expected in "
-               f"{time.perf_counter() - started:.1f}s")
+    click.echo(
+        f"\n{len(rows) - len(bad)}/{len(rows)} as expected in {time.perf_counter() - started:.1f}s"
+    )
     if bad:
         click.echo(f"self-test FAILED for: {', '.join(bad)}", err=True)
         sys.exit(1)

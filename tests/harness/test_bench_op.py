@@ -61,7 +61,8 @@ def test_takes_out():
     assert not bo.takes_out(len)  # builtin without a readable signature -> plain
 
 
-def test_both_conventions_end_to_end(fake, h100, monkeypatch):
+@pytest.mark.usefixtures("fake")
+def test_both_conventions_end_to_end(h100, monkeypatch):
     monkeypatch.setattr(timing, "require_gpu", lambda: torch.device("cpu"))
     seen = {"cand": 0}
 
@@ -100,7 +101,8 @@ def test_both_conventions_end_to_end(fake, h100, monkeypatch):
     assert "x vs eager" in table and "ERR RuntimeError" in table and "64x256" in table
 
 
-def test_declared_costs_and_sol_flag(fake, h100, monkeypatch):
+@pytest.mark.usefixtures("fake")
+def test_declared_costs_and_sol_flag(h100, monkeypatch):
     monkeypatch.setattr(timing, "require_gpu", lambda: torch.device("cpu"))
     # Declares a terabyte moved: any host-measured time is then beyond light on an H100.
     prob = _problem(bytes_moved=lambda inputs, out: 10**12, flops=lambda inputs, out: 7)
@@ -113,7 +115,8 @@ def test_declared_costs_and_sol_flag(fake, h100, monkeypatch):
     assert "SOL!" in bo.format_table(rows)
 
 
-def test_unknown_baseline_rejected(fake, h100, monkeypatch):
+@pytest.mark.usefixtures("fake")
+def test_unknown_baseline_rejected(h100, monkeypatch):
     monkeypatch.setattr(timing, "require_gpu", lambda: torch.device("cpu"))
     with pytest.raises(ValueError, match="liger"):
         bo.bench_op(_problem(), {"eager": _rmsnorm_ref}, hw=h100, shapes=[(8, 64)],

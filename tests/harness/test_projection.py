@@ -34,7 +34,8 @@ def test_memory_bound_uses_measured_bandwidth(h100):
 def test_datasheet_times_default_efficiency_without_measurements(h100):
     bare = dataclasses.replace(h100, measured=())
     p = projection.project(10**9, 0, bare, "bf16", grid=100_000, launch_overhead_us=0)
-    assert p.breakdown["eff_bandwidth_gbps"] == pytest.approx(3352 * projection.DEFAULT_BW_EFFICIENCY)
+    eff = projection.DEFAULT_BW_EFFICIENCY
+    assert p.breakdown["eff_bandwidth_gbps"] == pytest.approx(3352 * eff)
     assert p.time_ms == pytest.approx(1e9 / (3352e9 * projection.DEFAULT_BW_EFFICIENCY) * 1e3)
     c = projection.project(0, 10**12, bare, "bf16", grid=100_000, launch_overhead_us=0)
     assert c.bound == "compute"
@@ -109,8 +110,8 @@ def test_calibration_round_trip_across_devices(h100):
                                            + raw.breakdown["launch_ms"])
     assert cal200.breakdown["calibration_device"] == "h100"
     # Re-fitting on already-calibrated projections divides the old scale out.
-    assert projection.calibrate([(pairs[0][0], projection.project(
-        sizes[0], 0, h100, "bf16", grid=65536, calibration=cal))]).scale == pytest.approx(true_scale)
+    recal = projection.project(sizes[0], 0, h100, "bf16", grid=65536, calibration=cal)
+    assert projection.calibrate([(pairs[0][0], recal)]).scale == pytest.approx(true_scale)
 
 
 def test_calibration_spread_reflects_disagreement():

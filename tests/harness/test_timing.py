@@ -47,6 +47,8 @@ def test_ratio_from_per_rep_pairs():
     r = cmp.ratio("a", "b")
     assert (r.median, r.p20, r.p80) == pytest.approx((0.8, 0.8, 0.8))
     assert cmp.speedup("a", over="b").median == pytest.approx(1.25)
+    median, p20, p80 = cmp.ratio("b", "a")  # the tuple form docs/INTERNAL_API.md promises
+    assert (median, p20, p80) == pytest.approx((1.25, 1.25, 1.25))
     with pytest.raises(KeyError, match="'c'"):
         cmp.ratio("a", "c")
 

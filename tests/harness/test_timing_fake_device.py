@@ -132,6 +132,7 @@ def test_tiny_kernel_goes_to_graph_and_divides(fake, h100):
     # Each replay sleeps captured x 1 us; divided back per call: about 1 us plus overhead.
     assert 0.0005 < t.median_ms < 0.05
     assert any("CUDA graph" in n for n in t.notes)
+    assert any("cache-warm" in n for n in t.notes)  # 1 KB sets: said, not hidden
     assert timing.bench(fn, _small_args, hw=h100, reps=3, warmup=1, graph=False).mode == "events"
 
 

@@ -14,8 +14,12 @@ from harness.tolerance import tolerance
 
 def _hw(vendor: str, arch: str, rates: tuple[str, ...], name: str = "dev") -> SimpleNamespace:
     # Only the fields the policy reads; a full HardwareModel needs the YAML loader.
-    return SimpleNamespace(name=name, vendor=vendor, build=SimpleNamespace(arch=arch),
-                           dense_tflops={r: 1.0 for r in rates})
+    return SimpleNamespace(
+        name=name,
+        vendor=vendor,
+        build=SimpleNamespace(arch=arch),
+        dense_tflops={r: 1.0 for r in rates},
+    )
 
 
 def _passes(tol: Tolerance, got: torch.Tensor, ref: torch.Tensor) -> bool:
@@ -33,7 +37,9 @@ def test_correct_rounding_passes_and_small_bias_fails(dtype: torch.dtype) -> Non
     # A correctly rounded output must pass; a 2e-2 relative bias must fail (it is > every
     # policy's rtol, bf16 included), across a wide range of magnitudes.
     g = torch.Generator().manual_seed(1)
-    ref = torch.randn(4096, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(-3, 3, (4096,), generator=g)
+    ref = torch.randn(4096, generator=g, dtype=torch.float64) * 10.0 ** torch.randint(
+        -3, 3, (4096,), generator=g
+    )
     tol = tolerance(dtype)
     assert _passes(tol, ref.to(dtype).double(), ref)
     assert not _passes(tol, (ref * 1.02).to(dtype).double(), ref)

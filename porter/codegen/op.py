@@ -1,0 +1,369 @@
+"""`GeneratedOp`: the product of `generate` — sources, configs, variants, fusion report."""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+import jinja2
+import sympy
+import torch
+
+from porter.codegen import heuristics
+from porter.codegen import rowwise
+from porter.codegen import variants
+from porter.codegen.emit import TRITON_DTYPE
+from porter.codegen.emit import Coord
+from porter.codegen.emit import Emitter
+from porter.codegen.emit import KernelArgs
+from porter.codegen.emit import sym_to_python
+from porter.codegen.errors import UnsupportedOpError
+from porter.codegen.fusion import FusionReport
+from porter.codegen.fusion import report
+from porter.codegen.ir import Graph
+from porter.codegen.ir import Node
+from porter.codegen.plan import RowPlan
+from porter.codegen.plan import classify
+from porter.codegen.plan import row_plan
+from porter.codegen.trace import trace
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+    from targets.base import KernelRef
+
+log = logging.getLogger(__name__)
+TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
+_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
+                          lstrip_blocks=True, keep_trailing_newline=True,
+                          undefined=jinja2.StrictUndefined)
+
+
+@dataclass(frozen=True)
+class KernelInfo:
+    """One @triton.jit kernel of the module, and how to build its cross-compile signature.
+
+    params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>"/"ptr:tmp<i>",
+    "i64", "i32" per param; constexprs: the constexpr parameter names, filled from a config.
+    """
+
+    name: str
+    params: tuple[str, ...]
+    kinds: tuple[str, ...]
+    constexprs: tuple[str, ...]
+    strategies: tuple[str, ...]  # configs whose "strategy" runs this kernel
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower() or "op"
+
+
+@dataclass
+class GeneratedOp:
+    """A traced, classified op with its generated sources. Build it with `generate`."""
+
+    name: str
+    family: str
+    graph: Graph
+    example_inputs: tuple[Any, ...]
+    plan: RowPlan | None
+    fusion: FusionReport
+    kernels: list[KernelInfo] = field(default_factory=list)
+    _source: str = ""
+    _mm: dict[str, Any] = field(default_factory=dict)
+
+    # -- sources ------------------------------------------------------------------------------
+    def triton_module_source(self, config: dict[str, Any] | None = None) -> str:
+        """One importable module: the @triton.jit kernels and `launch(*inputs, out, config)`.
+
+        Args:
+            config: accepted for symmetry with variants; the module takes its config at launch
+                time (`launch(..., config=...)`), choosing a default per shape when None.
+        """
+        return self._source
+
+    def metal_source(self, config: dict[str, Any] | None = None) -> str | None:
+        """Metal Shading Language for elementwise and rowwise ops (emitted, never compiled here)."""
+        if self.family == "matmul_epilogue":
+            return None
+        from porter.codegen import metal
+
+        return metal.render(self, config or {})
+
+    # -- shapes and configs --------------------------------------------------------------------
+    def output_spec(self, inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
+        """(shape, dtype) of each output for these inputs (from the symbolic sizes)."""
+        subs = self._subs(inputs)
+        specs = []
+        for o in self.graph.outputs:
+            shape = tuple(int(sympy.sympify(s).subs(subs)) for s in o.shape)
+            specs.append((shape, _out_dtype(o, self.graph, inputs)))
+        return specs
+
+    def _subs(self, inputs: Sequence[Any]) -> dict[sympy.Symbol, int]:
+        return {s: int(inputs[k].shape[d]) for s, (k, d) in self.graph.symbols.items()}
+
+    def problem_sizes(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """The sizes the configs depend on: n_rows/n_cols (rowwise), numel, or M/N/K."""
+        subs = self._subs(inputs)
+        if self.family == "matmul_epilogue":
+            return {k: int(sympy.sympify(v).subs(subs)) for k, v in self._mm["mnk"].items()}
+        if self.plan is not None:
+            n_rows, n_cols = rowwise.size_exprs(self.plan)
+            return {"n_rows": int(sympy.sympify(n_rows).subs(subs)),
+                    "n_cols": int(sympy.sympify(n_cols).subs(subs))}
+        out = self.graph.outputs[0]
+        return {"numel": int(sympy.Mul(*out.shape).subs(subs))}
+
+    def default_config(self, hw: HardwareModel | None, shape: Sequence[Any] | None = None,
+                       dtype: torch.dtype | None = None) -> dict[str, Any]:
+        """The config the generated launcher picks by itself for these inputs.
+
+        Args:
+            hw: the device (warp width and thread limits); None means a 32-wide warp, 1024
+                threads.
+            shape: the example inputs to size for (a sequence of tensors), or None for the
+                traced examples.
+            dtype: I/O dtype override (carried in the config as "dtype").
+        """
+        return variants.default_config(self, hw, self._inputs_for(shape), dtype)
+
+    def variant_space(self, hw: HardwareModel, shape: Sequence[Any] | None = None,
+                      dtype: torch.dtype | None = None) -> list[dict[str, Any]]:
+        """Configs worth trying on `hw`, pruned by its limits (see `porter.codegen.variants`)."""
+        return variants.space(self, hw, self._inputs_for(shape), dtype)
+
+    def _inputs_for(self, shape: Sequence[Any] | None) -> tuple[Any, ...]:
+        if shape is None:
+            return self.example_inputs
+        if all(isinstance(s, int) for s in shape):
+            raise TypeError("pass the inputs (tensors) for the shape, not a bare shape tuple")
+        return tuple(shape)
+
+    # -- cross-compilation ---------------------------------------------------------------------
+    def kernel_refs(self, inputs: Sequence[Any], config: dict[str, Any] | None = None,
+                    source_path: str | None = None) -> list[KernelRef]:
+        """KernelRefs for the kernels `config` launches, typed from the actual inputs.
+
+        Args:
+            inputs: the inputs (their dtypes type the pointer arguments).
+            config: a config from `variant_space` (default: `default_config`).
+            source_path: a file holding `triton_module_source()`; when given, `fn` is loaded
+                from it with `targets.load_kernel` (no interpreter), else left None.
+        """
+        from targets.base import KernelRef
+
+        config = config or self.default_config(None, inputs)
+        specs = self.output_spec(inputs)
+        out: list[KernelRef] = []
+        for k in self.kernels:
+            if config.get("strategy") not in k.strategies and "*" not in k.strategies:
+                continue
+            sig: dict[str, str] = {}
+            for p, kind in zip(k.params, k.kinds, strict=True):
+                if kind.startswith("ptr:in"):
+                    sig[p] = "*" + TRITON_DTYPE[inputs[int(kind[6:])].dtype]
+                elif kind.startswith("ptr:out"):
+                    sig[p] = "*" + TRITON_DTYPE[specs[int(kind[7:])][1]]
+                elif kind.startswith("ptr:tmp"):
+                    sig[p] = "*fp32"
+                else:
+                    sig[p] = kind
+            consts = {c: _const_value(c, config, inputs) for c in k.constexprs}
+            fn = None
+            if source_path is not None:
+                import targets
+
+                fn = targets.load_kernel(source_path, k.name)
+            out.append(KernelRef(name=k.name, fn=fn, source=self._source, signature=sig,
+                                 constexprs=consts))
+        return out
+
+
+def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> Any:
+    if name == "IEEE":
+        return bool(config.get("ieee", inputs[0].dtype == torch.float32))
+    if name == "BLOCK" and "BLOCK" not in config:
+        return 1024  # the post kernel's fixed block
+    return config[name]
+
+
+def _out_dtype(o: Node, g: Graph, inputs: Sequence[Any]) -> torch.dtype:
+    """Output dtype follows the first input whose traced dtype it had, else stays fixed."""
+    k = _dtype_source(o, g)
+    return inputs[k].dtype if k is not None else o.dtype
+
+
+def _dtype_source(o: Node, g: Graph) -> int | None:
+    for inp in g.inputs:
+        if inp is not None and inp.dtype == o.dtype and o.dtype.is_floating_point:
+            return inp.attrs["index"]
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+def _common_ctx(name: str, family: str, g: Graph, fusion: FusionReport, args: KernelArgs
+                ) -> dict[str, Any]:
+    specs = []
+    for o in g.outputs:
+        shape = [sym_to_python(s, g.symbols) for s in o.shape]
+        k = _dtype_source(o, g)
+        specs.append((shape, f"inputs[{k}].dtype" if k is not None else str(o.dtype)))
+    first = next(i for i, x in enumerate(g.inputs) if x is not None)
+    op = {"name": name, "family": family, "fused_ops": list(fusion.ops) or ["(none)"],
+          "n_args": len(g.inputs), "tuple_output": g.tuple_output, "first_tensor": first,
+          "scalar_args": sorted((i, repr(v)) for i, v in g.scalar_args.items()),
+          "out_specs": specs}
+    return {"op": op, "kname": "_" + _safe(name), "params": args.params,
+            "launch_exprs": args.launch_exprs}
+
+
+def generate(reference: Callable[..., Any], example_inputs: Sequence[Any], *,
+             name: str) -> GeneratedOp:
+    """Trace `reference(*example_inputs)`, fuse it, classify its family and emit the sources.
+
+    Args:
+        reference: a plain function of tensors and python scalars (parameters already lifted to
+            trailing inputs). Python scalars are baked into the kernel; the launcher rejects
+            other values.
+        example_inputs: one set of arguments; sizes are traced symbolically, so the module
+            serves other shapes of the same rank and broadcasting structure.
+        name: the op name (module and kernel names derive from it).
+
+    Returns:
+        The generated op.
+
+    Raises:
+        UnsupportedOpError: an op or pattern no template covers (names the aten op).
+    """
+    example_inputs = tuple(example_inputs)
+    if not any(isinstance(x, torch.Tensor) for x in example_inputs):
+        raise UnsupportedOpError("inputs", "the reference takes no tensor")
+    g = trace(reference, example_inputs)
+    family = classify(g)
+    subs = {s: int(example_inputs[k].shape[d]) for s, (k, d) in g.symbols.items()}
+    args = KernelArgs(g.symbols)
+    if family == "matmul_epilogue":
+        return _gen_matmul(name, g, example_inputs, args, subs)
+    if family == "elementwise" and _flat_ok(g):
+        return _gen_flat(name, g, example_inputs, args, subs)
+    return _gen_rowwise(name, g, example_inputs, args, subs, family)
+
+
+def _flat_ok(g: Graph) -> bool:
+    out = g.outputs[0]
+    for n in g.live():
+        if n.op not in ("input", "scalar", "pw"):
+            return False
+        if n.op == "input" and n.shape != out.shape and any(s != 1 for s in n.shape):
+            return False
+    return all(o.shape == out.shape for o in g.outputs)
+
+
+def _heuristics_source(*fns: Callable[..., Any]) -> str:
+    return "\n\n".join([inspect.getsource(heuristics._next_pow2)] +
+                       [inspect.getsource(f) for f in fns])
+
+
+def _gen_flat(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
+              subs: dict[sympy.Symbol, int]) -> GeneratedOp:
+    em = Emitter(g, args)
+    em.flat = True
+    coords = tuple(Coord("offs", True) for _ in g.outputs[0].shape)
+    for j, o in enumerate(g.outputs):
+        val = em.eval(o, coords)
+        ptr = args.output_ptr(j)
+        em.emit(f"tl.store({ptr} + offs, ({val}).to({ptr}.dtype.element_ty), mask=mask)")
+    fusion = report(g, subs, 1, 0, "elementwise")
+    ctx = _common_ctx(name, "elementwise", g, fusion, args)
+    src = _ENV.get_template("triton_elementwise.py.j2").render(
+        **ctx, body=em.lines, heuristics=_heuristics_source(heuristics.flat_default))
+    kinfo = KernelInfo(ctx["kname"] + "_flat_kernel", (*args.params, "n_elements"),
+                       (*args.kinds, "i64"), ("BLOCK",), ("flat",))
+    return GeneratedOp(name, "elementwise", g, ex, None, fusion, [kinfo], src)
+
+
+def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
+                 subs: dict[sympy.Symbol, int], family: str) -> GeneratedOp:
+    plan = row_plan(g)
+    bodies = rowwise.build(g, plan, args)
+    n_rows, n_cols = rowwise.size_exprs(plan)
+    n_rows_val = int(sympy.sympify(n_rows).subs(subs))
+    n_kernels = 2 if bodies.post else 1
+    fusion = report(g, subs, n_kernels, 4 * n_rows_val * len(plan.post) * 2, family)
+    ctx = _common_ctx(name, family, g, fusion, args)
+    last_dim = plan.dim == len(plan.space) - 1
+    src = _ENV.get_template("triton_rowwise.py.j2").render(
+        **ctx, single=bodies.single, looped=bodies.looped, post=bodies.post,
+        row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
+        n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
+        last_dim=last_dim, heuristics=_heuristics_source(heuristics.rowwise_default))
+    params = (*args.params, "n_rows")
+    kinds = (*args.kinds, "i32")
+    kernels = [
+        KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N"), ("single_pass",)),
+        KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N"), ("looped",)),
+    ]
+    if bodies.post:
+        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),
+                                  ("*",)))
+    op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
+    op._mm = {"online": bodies.online_pairs, "last_dim": last_dim}
+    return op
+
+
+def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:
+    """Resolve a matmul operand to (input index, (row dim, col dim)) through free views."""
+    if isinstance(n, Node) and n.op == "input" and n.rank == 2:
+        return n.attrs["index"], want
+    if isinstance(n, Node) and n.op == "permute" and n.rank == 2:
+        perm = n.attrs["perm"]
+        return _operand(n.args[0], (perm[want[0]], perm[want[1]]))
+    raise UnsupportedOpError(getattr(n, "origin", "mm"),
+                             "matmul operands must be 2-D inputs or their transposes")
+
+
+def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
+                subs: dict[sympy.Symbol, int]) -> GeneratedOp:
+    mm = next(n for n in g.live() if n.op == "mm")
+    ka, (am, ak) = _operand(mm.args[0], (0, 1))
+    kb, (bk, bn) = _operand(mm.args[1], (0, 1))
+    a_ptr, b_ptr = args.input_ptr(ka), args.input_ptr(kb)
+    em = Emitter(g, args, full_mask="mask", row_mask="mask")
+    coords = (Coord("offs_m", True), Coord("offs_n", True))
+    em.fixed[mm.id] = (coords, "acc")
+    for j, o in enumerate(g.outputs):
+        if o.shape != mm.shape:
+            raise UnsupportedOpError("output", "matmul outputs must have the matmul's shape")
+        val = em.eval(o, coords)
+        ptr = args.output_ptr(j)
+        em.emit(f"tl.store({ptr} + offs_m * {args.output_stride(j, 0)} + offs_n * "
+                f"{args.output_stride(j, 1)}, ({val}).to({ptr}.dtype.element_ty), mask=mask)")
+    fusion = report(g, subs, 1, 0, "matmul_epilogue")
+    ctx = _common_ctx(name, "matmul_epilogue", g, fusion, args)
+    a_in, b_in = g.inputs[ka], g.inputs[kb]
+    assert a_in is not None and b_in is not None
+    mnk = {"M": a_in.shape[am], "N": b_in.shape[bn], "K": a_in.shape[ak]}
+    src = _ENV.get_template("triton_matmul.py.j2").render(
+        **ctx, body=em.lines, a_ptr=a_ptr, b_ptr=b_ptr,
+        m=sym_to_python(mnk["M"], g.symbols), n=sym_to_python(mnk["N"], g.symbols),
+        k=sym_to_python(mnk["K"], g.symbols),
+        a_strides=[f"inputs[{ka}].stride({am})", f"inputs[{ka}].stride({ak})"],
+        b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
+        heuristics=_heuristics_source(heuristics.matmul_default))
+    kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
+                       (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
+                        "stride_bn"),
+                       (*args.kinds, "i32", "i32", "i32", "i64", "i64", "i64", "i64"),
+                       ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE"), ("tiled",))
+    op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo], src)
+    op._mm = {"mnk": mnk}
+    return op

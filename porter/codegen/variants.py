@@ -1,0 +1,132 @@
+"""Variant spaces per target, pruned by the hardware model before anything is compiled.
+
+Pruning rules (each names the limit it enforces):
+- threads per block: num_warps * warp width <= max_threads_per_block (AMD wavefronts are 64
+  wide, so num_warps <= 16 there; Apple threadgroups hold 1024 threads).
+- registers: a single-pass row keeps ROWS*BLOCK_N fp32 values live; more than 128 per thread
+  spills (255 registers, a few live temporaries each).
+- waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
+- shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
+  MI300X, 32 KB threadgroup memory on Apple).
+- AMD-only knobs (waves_per_eu, matrix_instr_nonkdim) appear only for the triton-hip backend.
+- No variant uses TMA, so "no TMA before Hopper" never has to prune here (a TMA variant would
+  be added only when hw.has("tma")).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+
+import torch
+
+from porter.codegen import heuristics
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+    from porter.codegen.op import GeneratedOp
+
+_DT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+def _limits(hw: HardwareModel | None) -> tuple[int, int, int, str]:
+    if hw is None:
+        return 32, 1024, 232448, "triton-cuda"
+    return (hw.warp_size, int(hw.limits.max_threads_per_block.value),
+            int(hw.limits.shared_memory_per_block_bytes.value), hw.build.backend)
+
+
+def _elem(inputs: Sequence[Any], dtype: torch.dtype | None) -> tuple[int, torch.dtype]:
+    t = next(x for x in inputs if isinstance(x, torch.Tensor) and x.dtype.is_floating_point)
+    dt = dtype or t.dtype
+    return torch.empty((), dtype=dt).element_size(), dt
+
+
+def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],
+                   dtype: torch.dtype | None) -> dict[str, Any]:
+    """The generated launcher's own choice for these inputs, plus the I/O dtype."""
+    warp, max_threads, _, _ = _limits(hw)
+    eb, dt = _elem(inputs, dtype)
+    sizes = op.problem_sizes(inputs)
+    if op.family == "matmul_epilogue":
+        cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb)
+    elif op.plan is not None:
+        cfg = heuristics.rowwise_default(sizes["n_rows"], sizes["n_cols"], eb,
+                                         op._mm.get("last_dim", True), warp, max_threads)
+    else:
+        cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
+    cfg["dtype"] = _DT.get(dt, str(dt))
+    return cfg
+
+
+def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
+          dtype: torch.dtype | None) -> list[dict[str, Any]]:
+    """All configs worth trying for these inputs on `hw`, the default first."""
+    warp, max_threads, smem, backend = _limits(hw)
+    eb, dt = _elem(inputs, dtype)
+    sizes = op.problem_sizes(inputs)
+    warps_ok = [w for w in (1, 2, 4, 8, 16, 32) if w * warp <= max_threads]
+    out: list[dict[str, Any]] = []
+    if op.family == "matmul_epilogue":
+        for bm in (64, 128, 256):
+            for bn in (64, 128, 256):
+                for bk in (32, 64, 128):
+                    for st in (2, 3, 4, 5):
+                        if st * (bm * bk + bk * bn) * eb > smem:
+                            continue
+                        for w in (4, 8):
+                            if w not in warps_ok or bm * bn // (w * warp) > 256:
+                                continue
+                            out.append({"strategy": "tiled", "BLOCK_M": bm, "BLOCK_N": bn,
+                                        "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w,
+                                        "num_stages": st})
+    elif op.plan is not None:
+        n_cols = sizes["n_cols"]
+        p2 = heuristics._next_pow2(max(n_cols, 1))
+        for strategy in ("single_pass", "looped"):
+            blocks = [p2] if strategy == "single_pass" else [b for b in (1024, 2048, 4096, 8192,
+                                                                          16384) if b < p2]
+            for block in blocks:
+                for rows in (1, 2, 4, 8, 16, 32, 64, 128):
+                    if rows > heuristics._next_pow2(max(sizes["n_rows"], 1)):
+                        continue
+                    for w in warps_ok:
+                        threads = w * warp
+                        per_thread = rows * block / threads
+                        if strategy == "single_pass" and per_thread > 128:
+                            continue  # registers: would spill
+                        if per_thread < 1 or (strategy == "looped" and rows > 1):
+                            continue  # idle lanes / looped keeps one row per program
+                        for st in ((1,) if strategy == "single_pass" else (1, 2)):
+                            out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
+                                        "num_warps": w, "num_stages": st})
+    else:
+        for block in (256, 512, 1024, 2048, 4096, 8192):
+            for w in warps_ok:
+                if w > 16 or block < w * warp:
+                    continue
+                out.append({"strategy": "flat", "BLOCK": block, "num_warps": w, "num_stages": 1})
+    if backend == "triton-hip":
+        amd = []
+        for cfg in out:
+            for wpe in (0, 1, 2):
+                extra = {"waves_per_eu": wpe}
+                if op.family == "matmul_epilogue":
+                    for nk in (16, 32):
+                        amd.append({**cfg, **extra, "matrix_instr_nonkdim": nk})
+                else:
+                    amd.append({**cfg, **extra})
+        out = amd
+    if backend == "metal":
+        # Metal kernels run one threadgroup per row (rowwise) or a flat 1-D grid; only the
+        # threadgroup size varies, and a threadgroup's scratch (threads * 4 B) fits 32 KB.
+        out = [{"strategy": "metal", "threads": t} for t in (64, 128, 256, 512, 1024)
+               if t <= max_threads and t * 4 <= smem]
+    default = default_config(op, hw, inputs, dtype)
+    for cfg in out:
+        cfg["dtype"] = _DT.get(dt, str(dt))
+    if backend != "metal":
+        key = {k: v for k, v in default.items()}
+        out = [key] + [c for c in out if c != key]
+    return out
