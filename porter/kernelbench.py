@@ -132,13 +132,28 @@ class KernelBenchProblem:
         """Call the file's Model functionally: ``args = (*inputs, *params)``."""
         n = self.n_inputs
         inputs, params = list(args[:n]), list(args[n:])
-        model = self._models.get(("by_inputs", _shape_key(inputs)))
+        model = self._size_independent_model()
+        if model is None:
+            model = self._models.get(("by_inputs", _shape_key(inputs)))
         if model is None:
             model = self._find_model(inputs)
         names = [name for name, _ in list(model.named_parameters()) + list(model.named_buffers())]
         if len(names) != len(params):
             raise SpecError(self.path, f"reference got {len(params)} parameter tensor(s), the model has {len(names)}")
         return torch.func.functional_call(model, dict(zip(names, params)), tuple(inputs))
+
+    def _size_independent_model(self) -> torch.nn.Module | None:
+        """A model usable at any sizes, when every size built so far gave the same structure.
+
+        Looking the model up by input shape would make a symbolic tracer (codegen's make_fx)
+        specialize every size; most level-1 models (activations, softmax, losses) hold nothing
+        size-dependent, so the lookup is skipped for them. LayerNorm's normalized_shape is.
+        """
+        models = [m for k, m in self._models.items() if k[0] == "model"]
+        if not models:
+            return None
+        first = _structure(models[0])
+        return models[0] if all(_structure(m) == first for m in models[1:]) and len(models) > 1 else None
 
     def _find_model(self, inputs: list[Any]) -> torch.nn.Module:
         # Inputs made elsewhere (e.g. a judge's own sizes): try the sizes already built.
@@ -195,13 +210,27 @@ class KernelBenchProblem:
         return sum(x.numel() for x in raw if isinstance(x, torch.Tensor))
 
 
+def _structure(model: torch.nn.Module) -> tuple[Any, ...]:
+    """Plain (non-tensor) attributes of every submodule, plus parameter/buffer shapes."""
+    skip = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+    out: list[Any] = []
+    for name, mod in model.named_modules():
+        attrs = sorted((k, repr(v)) for k, v in vars(mod).items()
+                       if k not in skip and not k.startswith("_") and not isinstance(v, torch.Tensor))
+        out.append((name, type(mod).__name__, tuple(attrs)))
+    out.extend((n, tuple(t.shape)) for n, t in list(model.named_parameters()) + list(model.named_buffers()))
+    return tuple(out)
+
+
 def _keep_parity(target: int, original: int) -> int:
     is_pow2 = original > 0 and (original & (original - 1)) == 0
     return target if is_pow2 else (target | 1)
 
 
 def _shape_key(inputs: list[Any]) -> tuple[Any, ...]:
-    return tuple(tuple(x.shape) if isinstance(x, torch.Tensor) else repr(x) for x in inputs)
+    # int(): under a symbolic tracer (codegen's make_fx) sizes are SymInts, which do not hash;
+    # int() specializes them to the example's sizes, which is what picks the model anyway.
+    return tuple(tuple(int(d) for d in x.shape) if isinstance(x, torch.Tensor) else repr(x) for x in inputs)
 
 
 def _cast(x: Any, dtype: torch.dtype, device: torch.device) -> Any:

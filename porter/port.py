@@ -282,7 +282,9 @@ class _Porter:
                     continue
                 seen_buckets[(bucket, dname)] = shape
                 sp = plan.for_shape(shape, dname)
-                sr = search(self.gen_op, backend, hw, shape, dtype, plan=sp,
+                inputs = self.problem.make_inputs(shape, dtype, torch.device("meta"),
+                                                  torch.Generator().manual_seed(0))
+                sr = search(self.gen_op, backend, hw, tuple(inputs), dtype, plan=sp,
                             max_variants=self.max_variants)
                 searches[f"{'x'.join(map(str, shape))}/{dname}"] = sr
                 units.append((shape, dtype, bucket, sr, sp))
@@ -407,7 +409,8 @@ class _Porter:
             if backend.name == "metal":
                 refs = [_metal_ref(self._source(backend, cand.variant), self.spec.name)]
             else:
-                refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant))
+                refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant,
+                                                    source_path=str(self._source_file(cand))))
         except Exception as exc:  # noqa: BLE001 - codegen rejecting a config is a verdict
             return False, details, f"codegen could not specialize this config: {exc}"
         lc = launch_config(cand.config)
@@ -442,6 +445,15 @@ class _Porter:
         details["_occupancy"] = occupancy
         details["grid"] = self._grid(tuple(inputs), cand, refs)
         return True, details, ""
+
+    def _source_file(self, cand: Candidate) -> Path:
+        """The Triton module of `cand` as a file (kernel_refs loads compilable kernels from it)."""
+        source = self.gen_op.triton_module_source(cand.variant)
+        path = self.run_dir / "_sources" / f"{self.spec.name}_{source_hash(source)[:16]}.py"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(source)
+        return path
 
     def _grid(self, inputs: tuple[Any, ...], cand: Candidate, refs: list[Any]) -> int:
         """Programs launched (for the projection): from codegen if it says, else rows / tile."""
@@ -674,6 +686,14 @@ def port(
     from porter.pack import write_pack
     from porter.spec import load_spec
 
+    import torch
+
+    if not torch.cuda.is_available():
+        # Before anything imports triton.language (the spec loader may import a kernel file):
+        # its import decides whether the interpreter can run tl.sum & co. (see the loader).
+        from porter.loader import ensure_interpreter_ready
+
+        ensure_interpreter_ready()
     say = progress or (lambda line: log.info("%s", line))
     spec_path = Path(spec_path)
     unknown = []

@@ -114,7 +114,7 @@ def search(
     gen_op: Any,
     backend: TargetBackend,
     hw: HardwareModel,
-    shape: tuple[int, ...],
+    inputs: tuple[Any, ...],
     dtype: Any,
     *,
     plan: ShapePlan | None = None,
@@ -126,7 +126,7 @@ def search(
         gen_op: a `porter.codegen.GeneratedOp`.
         backend: the target backend for `hw` (prunes with `validate_config`).
         hw: the device's hardware model.
-        shape: the real (GPU-size) shape.
+        inputs: inputs at the real (GPU-size) shape, on the meta device (sizes and dtypes only).
         dtype: the torch dtype.
         plan: the planner's view of this shape (orders the candidates); None keeps space order.
         max_variants: keep at most this many; None keeps all.
@@ -134,10 +134,10 @@ def search(
     Returns:
         A `SearchResult` with the ordered candidates and the rejected configs with reasons.
     """
-    space = list(gen_op.variant_space(hw, shape, dtype))
+    space = list(gen_op.variant_space(hw, inputs, dtype))
     default = None
     if hasattr(gen_op, "default_config"):
-        default = gen_op.default_config(hw, shape, dtype)
+        default = gen_op.default_config(hw, inputs, dtype)
 
     seen: set[str] = set()
     valid: list[Candidate] = []

@@ -330,6 +330,7 @@ def resolve_file_attr(spec_path: Path, ref: str, field_name: str, *, interpret: 
         field_name: the spec field, for the error message (e.g. "TRITON_KERNEL").
         interpret: None to import under the current TRITON_INTERPRET; True/False to set it
             for the import (and leave it so, as the kernels need it while they run).
+        cache: file -> module already imported in this load (kernel and launcher share one).
 
     Raises:
         SpecError: bad format, missing file, import failure, or missing attribute.

@@ -65,7 +65,9 @@ def fit_reasons(resources: ResourceUsage, occ: Occupancy | None, hw: HardwareMod
 
     smem_max = int(lim.shared_memory_per_block_bytes.value)
     if resources.shared_memory_bytes > smem_max:
-        per = "per CU" if smem_max == int(lim.shared_memory_per_unit_bytes.value) and hw.vendor == "amd" else f"max per {blk}"
+        # On AMD one workgroup may take the whole CU's LDS, so say "per CU" as AMD does.
+        whole_unit = smem_max == int(lim.shared_memory_per_unit_bytes.value)
+        per = "per CU" if hw.vendor == "amd" and whole_unit else f"max per {blk}"
         reasons.append(
             f"{mem} {resources.shared_memory_bytes} B per {blk} > {smem_max} B {mem} {per} on "
             f"{hw.name} (by {resources.shared_memory_bytes - smem_max} B)"
@@ -169,7 +171,7 @@ def build_source(kernel: KernelRef) -> Any:
             f"{', '.join(missing)} (signature has {sorted(kernel.signature)}, constexprs "
             f"{sorted(kernel.constexprs)})"
         )
-    extra = sorted(set(kernel.signature) | set(kernel.constexprs)) 
+    extra = sorted(set(kernel.signature) | set(kernel.constexprs))
     unknown = [n for n in extra if n not in arg_names]
     if unknown:
         raise CompileError(

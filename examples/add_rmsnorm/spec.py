@@ -30,7 +30,7 @@ def make_inputs(shape, dtype, device, generator):
 
 
 def BYTES(inputs, outputs) -> int:
-    x, res, w = inputs
+    x, _res, w = inputs
     return 4 * x.numel() * x.element_size() + w.numel() * w.element_size()  # read x, res; write y, r
 
 

@@ -29,7 +29,7 @@ def make_inputs(shape, dtype, device, generator):
 
 
 def BYTES(inputs, outputs) -> int:
-    x, w, b = inputs
+    x, w, _b = inputs
     m, k = x.shape
     n = w.shape[0]
     return (m * k + n * k + n + m * n) * x.element_size()

@@ -45,7 +45,7 @@ def make_inputs(shape, dtype, device, generator):
 
 
 def BYTES(inputs, outputs) -> int:
-    x, cos, sin = inputs
+    x, cos, _sin = inputs
     return 2 * x.numel() * x.element_size() + 2 * cos.numel() * cos.element_size()
 
 

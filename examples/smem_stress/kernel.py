@@ -55,7 +55,7 @@ def _matmul_fwd_kernel(
 
     # fp32 accumulator: bf16/fp16 partial sums over long K lose precision quickly.
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k in range(0, tl.cdiv(K, BLOCK_K)):
+    for _ in range(0, tl.cdiv(K, BLOCK_K)):
         # K is a multiple of BLOCK_K (the launcher checks), so the loads need no K mask and
         # the compiler can pipeline them through shared memory.
         a = tl.load(a_ptrs)

@@ -189,6 +189,8 @@ class GeneratedOp:
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> Any:
     if name == "IEEE":
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
+    if name == "UPCAST":
+        return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:
         return 1024  # the post kernel's fixed block
     return config[name]
@@ -363,7 +365,8 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
                        (*args.kinds, "i32", "i32", "i32", "i64", "i64", "i64", "i64"),
-                       ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE"), ("tiled",))
+                       ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE", "UPCAST"),
+                       ("tiled",))
     op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo], src)
     op._mm = {"mnk": mnk}
     return op

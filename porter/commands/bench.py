@@ -79,7 +79,7 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
     if hw is None:
         raise PorterError(f"GPU {detection.device_name!r} has no hardware model ({detection.reason}); "
                           "pass --target with the nearest known device")
-    op, module = generated_module(spec, interpret=False)
+    _op, module = generated_module(spec, interpret=False)
     config = _stored_config(store_path, spec.name, hw.name)
     providers: dict[str, Any] = {"ported": generated_candidate(module, config)}
     if "eager" in baselines:

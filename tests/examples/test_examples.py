@@ -49,6 +49,6 @@ def test_rotary_matches_complex_rotation() -> None:
 
 def test_cross_entropy_targets_are_random_class_ids() -> None:
     spec = load_spec(ROOT / "examples/cross_entropy")
-    logits, target = spec.make_inputs((33, 1000), torch.bfloat16, torch.device("cpu"), torch.Generator().manual_seed(0))
+    _logits, target = spec.make_inputs((33, 1000), torch.bfloat16, torch.device("cpu"), torch.Generator().manual_seed(0))
     assert target.dtype == torch.int64 and 0 <= int(target.min()) and int(target.max()) < 1000
     assert target.unique().numel() > 10

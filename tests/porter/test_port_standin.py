@@ -62,7 +62,7 @@ class FakeGenerated:
     def metal_source(self, config: dict[str, int]) -> str:
         return METAL
 
-    def kernel_refs(self, inputs: Any, config: dict[str, int]) -> list[Any]:
+    def kernel_refs(self, inputs: Any, config: dict[str, int], source_path: str) -> list[Any]:
         from targets import KernelRef
         from targets import load_kernel
 

@@ -1,0 +1,305 @@
+"""Template code generation: every family against PyTorch in float64, under the interpreter.
+
+Sizes are small and odd on purpose (7x33, 16x1000, 3x5x40) so masks, non-powers of two and
+rank-3 row decomposition are all exercised within the CPU time budget.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ["TRITON_INTERPRET"] = "1"
+
+from collections.abc import Callable  # noqa: E402
+from typing import Any  # noqa: E402
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from porter.codegen import GeneratedOp  # noqa: E402
+from porter.codegen import UnsupportedOpError  # noqa: E402
+from porter.codegen import generate  # noqa: E402
+from porter.codegen import load_generated_module  # noqa: E402
+from porter.codegen.checks import torch_math_calls  # noqa: E402
+
+# Tolerances vs a float64 reference: fp32 I/O is near-exact; 16-bit I/O is bounded by one
+# rounding of the output (bf16: 8 mantissa bits) plus the reference's own input rounding.
+TOL = {torch.float32: (1e-4, 1e-4), torch.float16: (2e-3, 2e-3), torch.bfloat16: (2e-2, 2e-2)}
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+DT_IDS = ["fp32", "fp16", "bf16"]
+
+
+def _ref64(fn: Callable[..., Any], inputs: tuple[Any, ...]) -> tuple[torch.Tensor, ...]:
+    up = tuple(x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+               for x in inputs)
+    out = fn(*up)
+    return out if isinstance(out, tuple) else (out,)
+
+
+def run_generated(fn: Callable[..., Any], inputs: tuple[Any, ...], name: str,
+                  config: dict[str, Any] | None = None, use_out: bool = False
+                  ) -> tuple[GeneratedOp, tuple[torch.Tensor, ...]]:
+    op = generate(fn, inputs, name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=True)
+    out = None
+    if use_out:
+        out = tuple(torch.full(s, float("nan"), dtype=d) for s, d in op.output_spec(inputs))
+        out = out if len(out) > 1 else out[0]
+    got = mod.launch(*inputs, out=out, config=config)
+    if use_out:
+        assert got is out
+    return op, got if isinstance(got, tuple) else (got,)
+
+
+def assert_close(got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...],
+                 dtype: torch.dtype) -> None:
+    atol, rtol = TOL[dtype]
+    assert len(got) == len(ref)
+    for g, r in zip(got, ref, strict=True):
+        assert g.shape == r.shape, (g.shape, r.shape)
+        err = (g.double() - r).abs()
+        bad = err > atol + rtol * r.abs()
+        if bad.any():
+            idx = bad.nonzero()[0].tolist()
+            pytest.fail(f"mismatch at {idx}: got {g[tuple(idx)].item()} want "
+                        f"{r[tuple(idx)].item()} (max err {err.max().item():.3g})")
+
+
+def check(fn: Callable[..., Any], inputs: tuple[Any, ...], name: str, dtype: torch.dtype,
+          config: dict[str, Any] | None = None, use_out: bool = False) -> GeneratedOp:
+    op, got = run_generated(fn, inputs, name, config, use_out)
+    assert_close(got, _ref64(fn, inputs), dtype)
+    assert torch_math_calls(op.triton_module_source()) == []
+    return op
+
+
+def rand(*shape: int, dtype: torch.dtype = torch.float32, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed + sum(shape))
+    return torch.randn(*shape, generator=g).to(dtype)
+
+
+# ---- references -----------------------------------------------------------------------------
+def rmsnorm(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
+def add_rmsnorm(x, r, w):
+    h = x + r
+    return F.rms_norm(h, (h.shape[-1],), w, 1e-6), h
+
+
+def layernorm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def layernorm_plain(x):
+    return F.layer_norm(x, (x.shape[-1],))
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def log_softmax(x):
+    return torch.log_softmax(x, dim=-1)
+
+
+def cross_entropy(x, t):
+    return F.cross_entropy(x, t)
+
+
+def l2norm(x):
+    return F.normalize(x, dim=-1)
+
+
+def rotary(x, cos, sin):
+    h = x.shape[-1] // 2
+    rot = torch.cat([-x[..., h:], x[..., :h]], dim=-1)
+    return x * cos + rot * sin
+
+
+def gelu_bias(x, b):
+    return F.gelu(x + b) + 0.5 * F.gelu(x, approximate="tanh")
+
+
+def swiglu(a, b):
+    return F.silu(a) * b
+
+
+def clamp_where(x, y):
+    return torch.where(x > 0, torch.clamp(x * 2.0, max=1.5), y - 1.0)
+
+
+def linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def mm_residual(x, w, r):
+    return (x @ w) * 0.5 + r
+
+
+# ---- elementwise ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_swiglu_flat(dtype: torch.dtype) -> None:
+    op = check(swiglu, (rand(7, 33, dtype=dtype), rand(7, 33, dtype=dtype, seed=1)), "swiglu",
+               dtype, use_out=True)
+    assert op.family == "elementwise"
+    assert "_flat_kernel" in op.triton_module_source()
+
+
+def test_gelu_bias_broadcast_uses_tiled_rows() -> None:
+    op = check(gelu_bias, (rand(16, 1000), rand(1000)), "gelu_bias", torch.float32)
+    assert op.family == "elementwise"
+    assert op.fusion.kernels == 1 and op.fusion.bytes_saved > 0
+
+
+def test_clamp_where() -> None:
+    check(clamp_where, (rand(3, 5, 40), rand(5, 40, seed=3)), "clamp_where", torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_rotary_slices_and_cat_become_index_math(dtype: torch.dtype) -> None:
+    x = rand(3, 5, 40, dtype=dtype)
+    cos, sin = rand(5, 40, dtype=dtype, seed=1), rand(5, 40, dtype=dtype, seed=2)
+    op = check(rotary, (x, cos, sin), "rotary", dtype)
+    assert op.fusion.kernels == 1
+
+
+def test_generated_module_serves_other_shapes() -> None:
+    """Sizes are traced symbolically: a module built at 7x33 runs 5x64 and 2x3."""
+    op = generate(swiglu, (rand(7, 33), rand(7, 33)), name="swiglu_shapes")
+    mod = load_generated_module(op.triton_module_source(), "swiglu_shapes", interpret=True)
+    for shape in [(5, 64), (2, 3)]:
+        a, b = rand(*shape), rand(*shape, seed=4)
+        assert_close((mod.launch(a, b),), _ref64(swiglu, (a, b)), torch.float32)
+
+
+# ---- rowwise --------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_rmsnorm(dtype: torch.dtype) -> None:
+    op = check(rmsnorm, (rand(7, 33, dtype=dtype), rand(33, dtype=dtype)), "rmsnorm", dtype,
+               use_out=True)
+    assert op.family == "rowwise"
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_softmax(dtype: torch.dtype) -> None:
+    check(softmax, (rand(16, 1000, dtype=dtype),), "softmax", dtype)
+
+
+@pytest.mark.parametrize(("fn", "args"), [
+    (layernorm, lambda: (rand(7, 33), rand(33, seed=1), rand(33, seed=2))),
+    (layernorm_plain, lambda: (rand(7, 33),)),
+    (log_softmax, lambda: (rand(3, 5, 40),)),
+    (l2norm, lambda: (rand(16, 1000),)),
+], ids=["layernorm", "layernorm_no_affine", "log_softmax_rank3", "l2norm"])
+def test_rowwise_family(fn: Callable[..., Any], args: Callable[[], tuple[Any, ...]]) -> None:
+    check(fn, args(), fn.__name__, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_add_rmsnorm_two_outputs(dtype: torch.dtype) -> None:
+    x, r, w = rand(7, 33, dtype=dtype), rand(7, 33, dtype=dtype, seed=1), rand(33, dtype=dtype)
+    op = check(add_rmsnorm, (x, r, w), "add_rmsnorm", dtype, use_out=True)
+    assert len(op.output_spec((x, r, w))) == 2
+    assert op.fusion.kernels == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_cross_entropy_two_stage(dtype: torch.dtype) -> None:
+    x = rand(16, 1000, dtype=dtype)
+    t = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(0))
+    t[3] = -100  # ignore_index: excluded from the mean
+    op = check(cross_entropy, (x, t), "cross_entropy", dtype)
+    src = op.triton_module_source()
+    assert "_post_kernel" in src and op.fusion.kernels == 2
+
+
+@pytest.mark.parametrize(("dim", "keepdim", "kind"), [
+    (1, False, "sum"), (0, True, "mean"), (2, False, "amax"), (1, True, "amin"),
+], ids=["sum_dim1", "mean_dim0_keepdim", "amax_last", "amin_dim1_keepdim"])
+def test_reduce_over_any_dim(dim: int, keepdim: bool, kind: str) -> None:
+    def reduce(x):
+        return getattr(torch, kind)(x, dim=dim, keepdim=keepdim)
+
+    check(reduce, (rand(3, 5, 40),), f"reduce_{kind}_{dim}", torch.float32)
+
+
+def test_softmax_over_non_last_dim() -> None:
+    def softmax_dim1(x):
+        return torch.softmax(x, dim=1)
+
+    check(softmax_dim1, (rand(3, 5, 40),), "softmax_dim1", torch.float32)
+
+
+def test_full_sum_becomes_rows_then_post() -> None:
+    def total(x):
+        return x.sum() * 0.5
+
+    op = check(total, (rand(7, 33),), "total", torch.float32)
+    assert op.fusion.kernels == 2
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm_plain, cross_entropy],
+                         ids=["softmax_online", "log_softmax_online", "layernorm", "ce"])
+def test_looped_strategy_forced_on_small_row(fn: Callable[..., Any]) -> None:
+    x = rand(7, 33)
+    args: tuple[Any, ...] = (x,)
+    if fn is cross_entropy:
+        args = (x, torch.randint(0, 33, (7,), generator=torch.Generator().manual_seed(1)))
+    cfg = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8, "num_warps": 1}
+    op = check(fn, args, f"{fn.__name__}_looped", torch.float32, config=cfg)
+    if fn is softmax:
+        assert "m_new" in op.triton_module_source()  # max and sum(exp) share one online pass
+
+
+def test_multi_row_strategy() -> None:
+    cfg = {"strategy": "single_pass", "ROWS": 4, "BLOCK_N": 64, "num_warps": 2}
+    check(rmsnorm, (rand(7, 33), rand(33)), "rmsnorm_rows", torch.float32, config=cfg)
+
+
+def test_single_pass_refuses_a_block_shorter_than_the_row() -> None:
+    op = generate(softmax, (rand(7, 33),), name="softmax_bad_cfg")
+    mod = load_generated_module(op.triton_module_source(), "softmax_bad_cfg", interpret=True)
+    with pytest.raises(ValueError, match="BLOCK_N"):
+        mod.launch(rand(7, 33), config={"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 16,
+                                        "num_warps": 1})
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES, ids=DT_IDS)
+def test_linear_bias_gelu(dtype: torch.dtype) -> None:
+    x, w, b = rand(33, 29, dtype=dtype), rand(47, 29, dtype=dtype, seed=1), rand(47, dtype=dtype)
+    cfg = {"strategy": "tiled", "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2,
+           "num_warps": 1, "num_stages": 1}
+    atol = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}[dtype]
+    op, got = run_generated(linear_gelu, (x, w, b), "linear_gelu", cfg)
+    ref = _ref64(linear_gelu, (x, w, b))[0]
+    assert (got[0].double() - ref).abs().max().item() < atol * max(1.0, ref.abs().max().item())
+    assert op.family == "matmul_epilogue"
+    assert torch_math_calls(op.triton_module_source()) == []
+
+
+def test_matmul_residual_epilogue_default_config() -> None:
+    check(mm_residual, (rand(33, 29), rand(29, 47, seed=1), rand(33, 47, seed=2)), "mm_res",
+          torch.float32)
+
+
+# ---- errors ---------------------------------------------------------------------------------
+def test_fft_is_unsupported_and_named() -> None:
+    def fft(x):
+        return torch.fft.fft(x).real
+
+    with pytest.raises(UnsupportedOpError) as err:
+        generate(fft, (rand(8, 16),), name="fft")
+    assert "fft" in str(err.value)
+
+
+def test_conv_is_unsupported_and_named() -> None:
+    def conv(x, w):
+        return F.conv1d(x, w)
+
+    with pytest.raises(UnsupportedOpError) as err:
+        generate(conv, (rand(2, 3, 16), rand(4, 3, 3)), name="conv")
+    assert "convolution" in err.value.op
