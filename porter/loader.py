@@ -101,6 +101,11 @@ def ensure_interpreter_ready() -> str | None:
     if "triton.language" not in sys.modules:
         with _interpreter_env(True):
             import triton.language  # noqa: F401 - imported for its import-time decision
+
+            # Triton's code generator imports gluon, which asserts at import that tl's library
+            # functions are JITFunctions unless the interpreter is on: import it now, too, or the
+            # first cross-compile after this fails with a bare AssertionError.
+            import triton.compiler.code_generator  # noqa: F401
         return None
     import triton.language as tl
     from triton.runtime.jit import JITFunction

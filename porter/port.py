@@ -175,13 +175,7 @@ class _Porter:
         self.signature = _kinds(tuple(example))
         self.gen_op = _generate(spec.reference, tuple(example), spec.name)
         det = hwmodels.detect()
-        if not (det.model is not None and torch.cuda.is_available()):
-            from porter.loader import ensure_interpreter_ready
 
-            why_not = ensure_interpreter_ready()
-            if why_not is not None:
-                raise PortError(f"{spec.path}: correctness needs the Triton interpreter here: "
-                                f"{why_not}")
         self.local = det.model.name if det.model is not None and torch.cuda.is_available() else None
         self.detect_reason = det.reason
         on_cpu = self.local is None
@@ -512,8 +506,6 @@ class _Porter:
     def _interpreted_eval(self, hw: HardwareModel, backend: TargetBackend,
                           shape: tuple[int, ...], dtype: torch.dtype, bucket: str,
                           p: _Pending) -> str:
-        from harness import check
-
         dname = _dtype_name(dtype)
         ckey = self._check_key(p)
         shared = ckey in self._checks
@@ -529,23 +521,12 @@ class _Porter:
                 return ""
             self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: checking under "
                           "the Triton interpreter (CPU)...")
-            module = self._module(p.source, interpret=True)
-            cfg = p.cand.variant
-
-            def candidate(*inputs: Any, out: Any = None) -> Any:
-                return module.launch(*inputs, out=out, config=cfg)
-
-            t0 = time.perf_counter()
-            report = check(self.problem, candidate, device="cpu", interpret=True, hw=hw)
+            res = _interpreted_check(self.spec.path, p.source, p.cand.config, hw.name,
+                                     self.run_dir)
             self.checks_run += 1
-            msg = report.summary() if not report.passed else (
-                f"passed {', '.join(s.name for s in report.stages)} in "
-                f"{time.perf_counter() - t0:.1f}s (interpreter)")
-            if not report.passed and report.failed is not None:
-                msg = f"{report.failed.name}: {report.failed.message}"
-            self._checks[ckey] = (report.passed, msg, report.tolerances)
-            self._record(hw, backend.name, "interpreted", report.passed, p.cand.config, shape,
-                         dname, message=msg)
+            self._checks[ckey] = (res["passed"], res["message"], res["tolerances"])
+            self._record(hw, backend.name, "interpreted", res["passed"], p.cand.config, shape,
+                         dname, message=res["message"])
         else:
             self.checks_shared += 1
         passed, msg, tol = self._checks[ckey]
@@ -628,6 +609,79 @@ class _Porter:
                             source=source, tier=kept.tier, numbers=numbers)
 
 
+CHECK_TIMEOUT_S = 600
+
+
+def _interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_name: str,
+                       run_dir: Path) -> dict[str, Any]:
+    """Run harness.check under the Triton interpreter in a child process; returns its verdict.
+
+    A child process because `triton.language` decides at import whether its library functions
+    (tl.sum, ...) are interpreted, and the same process must cross-compile with them compiled:
+    one process cannot do both. The child starts with TRITON_INTERPRET=1 set.
+    """
+    import subprocess
+    import sys
+
+    folder = run_dir / "_checks"
+    folder.mkdir(parents=True, exist_ok=True)
+    src_file = folder / f"{source_hash(source)[:16]}.py"
+    src_file.write_text(source)
+    job = {"spec": str(Path(spec_path).resolve()), "source": str(src_file.resolve()),
+           "config": config, "hw": hw_name}
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", "from porter.port import _check_child; "
+                               "_check_child()"], input=json.dumps(job), capture_output=True,
+                              text=True, env=env, timeout=CHECK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"passed": False, "tolerances": "",
+                "message": f"interpreted check timed out after {CHECK_TIMEOUT_S}s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"passed": False, "tolerances": "",
+                "message": f"interpreted check crashed (exit {proc.returncode}): "
+                           + " | ".join(tail)}
+    res = json.loads(lines[-1])
+    if res["passed"]:
+        res["message"] = (f"passed {res['message']} under the Triton interpreter in "
+                          f"{time.perf_counter() - t0:.1f}s")
+    return res
+
+
+def _check_child() -> None:
+    """Child side of `_interpreted_check`: reads a job (JSON) on stdin, prints the verdict."""
+    import sys
+
+    import hwmodels
+    from harness import check
+    from porter.codegen.loading import load_generated_module
+    from porter.spec import load_spec
+
+    job = json.loads(sys.stdin.read())
+    spec = load_spec(job["spec"])
+    source = Path(job["source"]).read_text()
+    module = load_generated_module(source, f"check_{spec.name}", True)
+    config = job["config"]
+
+    def candidate(*inputs: Any, out: Any = None) -> Any:
+        return module.launch(*inputs, out=out, config=config)
+
+    report = check(spec.problem(), candidate, device="cpu", interpret=True,
+                   hw=hwmodels.get(job["hw"]))
+    if report.passed:
+        msg = ", ".join(s.name for s in report.stages)
+    else:
+        failed = report.failed
+        msg = f"{failed.name}: {failed.message}" if failed is not None else report.summary()
+    print(json.dumps({"passed": report.passed, "message": msg,
+                      "tolerances": report.tolerances}))
+
+
 def _metal_ref(source: str, op: str) -> Any:
     """A KernelRef for generated Metal source (the Metal backend emits/inspects, never runs)."""
     import re
@@ -686,14 +740,6 @@ def port(
     from porter.pack import write_pack
     from porter.spec import load_spec
 
-    import torch
-
-    if not torch.cuda.is_available():
-        # Before anything imports triton.language (the spec loader may import a kernel file):
-        # its import decides whether the interpreter can run tl.sum & co. (see the loader).
-        from porter.loader import ensure_interpreter_ready
-
-        ensure_interpreter_ready()
     say = progress or (lambda line: log.info("%s", line))
     spec_path = Path(spec_path)
     unknown = []

@@ -139,6 +139,19 @@ def search(
     if hasattr(gen_op, "default_config"):
         default = gen_op.default_config(hw, inputs, dtype)
 
+    # Codegen offers one space for every backend; Metal configs (strategy "metal") only make
+    # sense for the Metal backend and Triton configs only for the Triton ones.
+    is_metal = backend.name == "metal"
+    offered_all = ([default] if default is not None else []) + space
+    if is_metal and any(config_dict(v).get("strategy") == "metal" for v in offered_all):
+        space = [v for v in space if config_dict(v).get("strategy") == "metal"]
+        if default is not None and config_dict(default).get("strategy") != "metal":
+            default = None
+    elif not is_metal:
+        space = [v for v in space if config_dict(v).get("strategy") != "metal"]
+        if default is not None and config_dict(default).get("strategy") == "metal":
+            default = None
+
     seen: set[str] = set()
     valid: list[Candidate] = []
     rejected: list[Rejected] = []

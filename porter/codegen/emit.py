@@ -121,14 +121,26 @@ class KernelArgs:
     def input_ptr(self, k: int) -> str:
         return self.add(f"in{k}_ptr", f"inputs[{k}]", f"ptr:in{k}")
 
-    def input_stride(self, k: int, d: int) -> str:
+    def input_stride(self, k: int, d: int, col: bool = False) -> str:
+        """A stride argument. Strides multiplying the column index are constexprs: Triton's JIT
+        does not specialize an int argument equal to 1, and without knowing the unit stride
+        the compiler cannot emit 16-byte vector loads (ld.global.v4)."""
+        if col:
+            return self.add(f"in{k}_cs{d}", f"inputs[{k}].stride({d})", f"cstride:in{k}:{d}")
         return self.add(f"in{k}_s{d}", f"inputs[{k}].stride({d})", "i64")
 
     def output_ptr(self, j: int) -> str:
         return self.add(f"out{j}_ptr", f"outs[{j}]", f"ptr:out{j}")
 
-    def output_stride(self, j: int, d: int) -> str:
+    def output_stride(self, j: int, d: int, col: bool = False) -> str:
+        if col:
+            return self.add(f"out{j}_cs{d}", f"outs[{j}].stride({d})", f"cstride:out{j}:{d}")
         return self.add(f"out{j}_s{d}", f"outs[{j}].stride({d})", "i64")
+
+    def declared(self) -> list[str]:
+        """Parameter declarations for a kernel signature (constexpr strides annotated)."""
+        return [f"{p}: tl.constexpr" if k.startswith("cstride") else p
+                for p, k in zip(self.params, self.kinds, strict=True)]
 
 
 class Emitter:
@@ -299,7 +311,7 @@ class Emitter:
         for d, (c, s) in enumerate(zip(coords, n.shape, strict=True)):
             if s == 1 or c.expr == "0":
                 continue
-            term = f"{c.expr} * {self.args.input_stride(k, d)}"
+            term = f"{c.expr} * {self.args.input_stride(k, d, c.col)}"
             (terms_col if c.col else terms_row).append(term)
         used = tuple(c for c, s in zip(coords, n.shape, strict=True) if s != 1 and c.expr != "0")
         mask = self.mask_for(used, extra) if used else extra

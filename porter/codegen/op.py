@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 import logging
 from collections.abc import Callable
 from collections.abc import Sequence
@@ -166,16 +167,25 @@ class GeneratedOp:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
             sig: dict[str, str] = {}
+            consts = {c: _const_value(c, config, inputs) for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
-                if kind.startswith("ptr:in"):
+                if kind.startswith("cstride:"):
+                    _, who, d = kind.split(":")
+                    if who.startswith("in"):
+                        consts[p] = int(inputs[int(who[2:])].stride(int(d)))
+                    else:
+                        shape = specs[int(who[3:])][0]
+                        consts[p] = int(math.prod(shape[int(d) + 1:]))
+                elif kind.startswith("ptr:in"):
                     sig[p] = "*" + TRITON_DTYPE[inputs[int(kind[6:])].dtype]
                 elif kind.startswith("ptr:out"):
                     sig[p] = "*" + TRITON_DTYPE[specs[int(kind[7:])][1]]
                 elif kind.startswith("ptr:tmp"):
                     sig[p] = "*fp32"
+                elif kind == "stride":
+                    sig[p] = "i64"
                 else:
                     sig[p] = kind
-            consts = {c: _const_value(c, config, inputs) for c in k.constexprs}
             fn = None
             if source_path is not None:
                 import targets
@@ -222,7 +232,7 @@ def _common_ctx(name: str, family: str, g: Graph, fusion: FusionReport, args: Ke
           "n_args": len(g.inputs), "tuple_output": g.tuple_output, "first_tensor": first,
           "scalar_args": sorted((i, repr(v)) for i, v in g.scalar_args.items()),
           "out_specs": specs}
-    return {"op": op, "kname": "_" + _safe(name), "params": args.params,
+    return {"op": op, "kname": "_" + _safe(name), "params": args.declared(),
             "launch_exprs": args.launch_exprs}
 
 
@@ -348,7 +358,7 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         val = em.eval(o, coords)
         ptr = args.output_ptr(j)
         em.emit(f"tl.store({ptr} + offs_m * {args.output_stride(j, 0)} + offs_n * "
-                f"{args.output_stride(j, 1)}, ({val}).to({ptr}.dtype.element_ty), mask=mask)")
+                f"{args.output_stride(j, 1, True)}, ({val}).to({ptr}.dtype.element_ty), mask=mask)")
     fusion = report(g, subs, 1, 0, "matmul_epilogue")
     ctx = _common_ctx(name, "matmul_epilogue", g, fusion, args)
     a_in, b_in = g.inputs[ka], g.inputs[kb]

@@ -103,7 +103,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             coords = full if kind == "full" else _coords_for(plan, o, rc)
             val = em.eval(o, coords)
             ptr = args.output_ptr(j)
-            terms = [f"({c.expr} * {args.output_stride(j, d)})"
+            terms = [f"({c.expr} * {args.output_stride(j, d, c.col)})"
                      for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
                      if s != 1 and c.expr != "0"]
             mask = "mask" if kind == "full" else "row_mask"
