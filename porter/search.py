@@ -39,6 +39,11 @@ LAUNCH_KNOBS = ("num_warps", "num_stages", "num_ctas", "waves_per_eu", "matrix_i
                 "maxnreg", "kpack")
 
 
+# Knobs sized from the problem (a block must cover a row): tuned per shape bucket, re-derived
+# when a config is used at a shape its bucket's values do not cover.
+SIZE_KNOBS = ("BLOCK_N", "BLOCK", "BLOCK_SIZE")
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One variant to judge: its config as a plain dict, and the object codegen handed out."""

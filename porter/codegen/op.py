@@ -59,6 +59,7 @@ class KernelInfo:
     kinds: tuple[str, ...]
     constexprs: tuple[str, ...]
     strategies: tuple[str, ...]  # configs whose "strategy" runs this kernel
+    launch: tuple[str, ...] = ()  # launcher expression per runtime param (to type int hints)
 
 
 def _safe(name: str) -> str:
@@ -148,6 +149,20 @@ class GeneratedOp:
         return tuple(shape)
 
     # -- cross-compilation ---------------------------------------------------------------------
+    def _int_args(self, inputs: Sequence[Any], specs: list[Any]) -> dict[str, int]:
+        """Values of the integer runtime arguments for these inputs (outputs contiguous)."""
+        outs = [torch.empty(s, dtype=d, device="meta") for s, d in specs]
+        values: dict[str, int] = {}
+        sizes = self.problem_sizes(inputs)
+        values.update({k: v for k, v in sizes.items()})
+        if "numel" in sizes:
+            values["n_elements"] = sizes["numel"]
+        for k in self.kernels:
+            for p, kind, expr in zip(k.params, k.kinds, k.launch, strict=False):
+                if kind in ("i32", "i64") and expr:
+                    values[p] = int(_eval_launch(expr, inputs, outs))
+        return values
+
     def kernel_refs(self, inputs: Sequence[Any], config: dict[str, Any] | None = None,
                     source_path: str | None = None) -> list[KernelRef]:
         """KernelRefs for the kernels `config` launches, typed from the actual inputs.
@@ -162,6 +177,7 @@ class GeneratedOp:
 
         config = config or self.default_config(None, inputs)
         specs = self.output_spec(inputs)
+        ints = self._int_args(inputs, specs)
         out: list[KernelRef] = []
         for k in self.kernels:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
@@ -182,10 +198,11 @@ class GeneratedOp:
                     sig[p] = "*" + TRITON_DTYPE[specs[int(kind[7:])][1]]
                 elif kind.startswith("ptr:tmp"):
                     sig[p] = "*fp32"
-                elif kind == "stride":
-                    sig[p] = "i64"
                 else:
-                    sig[p] = kind
+                    # The JIT specializes ints divisible by 16 at launch; say so here too, or
+                    # the cross-compiled kernel is not the one that runs (no vector loads).
+                    value = ints.get(p)
+                    sig[p] = f"{kind}:16" if value is not None and value % 16 == 0 else kind
             fn = None
             if source_path is not None:
                 import targets
@@ -194,6 +211,10 @@ class GeneratedOp:
             out.append(KernelRef(name=k.name, fn=fn, source=self._source, signature=sig,
                                  constexprs=consts))
         return out
+
+
+def _eval_launch(expr: str, inputs: Sequence[Any], outs: list[torch.Tensor]) -> Any:
+    return eval(expr, {"inputs": inputs, "outs": outs, "tmps": []})  # noqa: S307 - our own text
 
 
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> Any:
@@ -297,7 +318,7 @@ def _gen_flat(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     src = _ENV.get_template("triton_elementwise.py.j2").render(
         **ctx, body=em.lines, heuristics=_heuristics_source(heuristics.flat_default))
     kinfo = KernelInfo(ctx["kname"] + "_flat_kernel", (*args.params, "n_elements"),
-                       (*args.kinds, "i64"), ("BLOCK",), ("flat",))
+                       (*args.kinds, "i64"), ("BLOCK",), ("flat",), tuple(args.launch_exprs))
     return GeneratedOp(name, "elementwise", g, ex, None, fusion, [kinfo], src)
 
 
@@ -320,13 +341,13 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     kinds = (*args.kinds, "i32")
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N"), ("single_pass",)),
+                   ("ROWS", "BLOCK_N"), ("single_pass",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N"), ("looped",)),
+                   ("ROWS", "BLOCK_N"), ("looped",), tuple(args.launch_exprs)),
     ]
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),
-                                  ("*",)))
+                                  ("*",), tuple(args.launch_exprs)))
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
     op._mm = {"online": bodies.online_pairs, "last_dim": last_dim}
     return op
@@ -374,9 +395,10 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
-                       (*args.kinds, "i32", "i32", "i32", "i64", "i64", "i64", "i64"),
+                       (*args.kinds, "i32", "i32", "i32", f"cstride:in{ka}:{am}",
+                        f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}", f"cstride:in{kb}:{bn}"),
                        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE", "UPCAST"),
-                       ("tiled",))
+                       ("tiled",), tuple(args.launch_exprs))
     op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo], src)
     op._mm = {"mnk": mnk}
     return op

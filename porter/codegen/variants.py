@@ -57,6 +57,10 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     else:
         cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
     cfg["dtype"] = _DT.get(dt, str(dt))
+    if hw is not None and hw.build.backend == "triton-hip":
+        cfg["waves_per_eu"] = 0  # 0 = no occupancy hint (the compiler's choice)
+        if op.family == "matmul_epilogue":
+            cfg["matrix_instr_nonkdim"] = 16
     return cfg
 
 

@@ -1,0 +1,146 @@
+"""Codegen beyond numerics: variant spaces pruned per device, cross-compiled kernels (vector
+loads, no spills), Metal emission, fusion accounting and the no-torch-math contract."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import hwmodels
+from porter.codegen import generate
+from porter.codegen.checks import torch_math_calls
+
+
+def rmsnorm(x, w):
+    return F.rms_norm(x, (x.shape[-1],), w, 1e-6)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def cross_entropy(x, t):
+    return F.cross_entropy(x, t)
+
+
+def linear_gelu(x, w, b):
+    return F.gelu(F.linear(x, w, b))
+
+
+def swiglu(a, b):
+    return F.silu(a) * b
+
+
+@pytest.fixture(scope="module")
+def rms_op():
+    return generate(rmsnorm, (torch.randn(8, 4096, dtype=torch.bfloat16),
+                              torch.randn(4096, dtype=torch.bfloat16)), name="rms_v")
+
+
+def test_variant_space_respects_each_device(rms_op) -> None:
+    ex = rms_op.example_inputs
+    for name in ("h100", "mi300x", "a100"):
+        hw = hwmodels.get(name)
+        space = rms_op.variant_space(hw, ex)
+        assert space and space[0] == rms_op.default_config(hw, ex)
+        for cfg in space:
+            assert cfg["num_warps"] * hw.warp_size <= hw.limits.max_threads_per_block.value
+            assert cfg["dtype"] == "bf16"
+            assert ("waves_per_eu" in cfg) == (hw.build.backend == "triton-hip")
+    amd = rms_op.variant_space(hwmodels.get("mi300x"), ex)
+    assert max(c["num_warps"] for c in amd) == 16  # 16 x 64 lanes = 1024
+    m4 = rms_op.variant_space(hwmodels.get("m4"), ex)
+    assert all(c["threads"] * 4 <= 32768 for c in m4)
+
+
+def test_matmul_variants_fit_shared_memory() -> None:
+    op = generate(linear_gelu, (torch.randn(64, 32, dtype=torch.bfloat16),
+                                torch.randn(48, 32, dtype=torch.bfloat16),
+                                torch.randn(48, dtype=torch.bfloat16)), name="lg_v")
+    mi = hwmodels.get("mi300x")
+    space = op.variant_space(mi, op.example_inputs)
+    for cfg in space[1:]:
+        smem = cfg["num_stages"] * (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+        assert smem <= 65536
+        assert cfg["matrix_instr_nonkdim"] in (16, 32)
+    assert len(space) < len(op.variant_space(hwmodels.get("h100"), op.example_inputs)) * 6
+
+
+def test_long_rows_default_to_looped() -> None:
+    op = generate(softmax, (torch.randn(2, 393216, dtype=torch.bfloat16),), name="sm_long")
+    assert op.default_config(hwmodels.get("h100"))["strategy"] == "looped"
+    short = generate(softmax, (torch.randn(4096, 64),), name="sm_short")
+    cfg = short.default_config(hwmodels.get("h100"))
+    assert cfg["strategy"] == "single_pass" and cfg["ROWS"] > 1
+
+
+@pytest.mark.parametrize(("fn", "inputs"), [
+    (rmsnorm, lambda: (torch.randn(8, 4096, dtype=torch.bfloat16),
+                       torch.randn(4096, dtype=torch.bfloat16))),
+    (swiglu, lambda: (torch.randn(64, 4096, dtype=torch.bfloat16),
+                      torch.randn(64, 4096, dtype=torch.bfloat16))),
+    (softmax, lambda: (torch.randn(2, 393216, dtype=torch.bfloat16),)),
+], ids=["rmsnorm", "swiglu_flat", "softmax_looped"])
+def test_cross_compiled_h100_kernels_use_16_byte_vectors(fn, inputs, tmp_path: Path) -> None:
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    ex = inputs()
+    op = generate(fn, ex, name=f"{fn.__name__}_ptx")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    cfg = op.default_config(hw, ex)
+    for ref in op.kernel_refs(ex, cfg, source_path=str(path)):
+        rep = targets.for_device(hw).compile(
+            ref, LaunchConfig(cfg["num_warps"], cfg.get("num_stages", 1)), hw)
+        ptx = rep.artifacts["ptx"]
+        assert rep.fits, rep.reasons
+        assert re.search(r"ld\.global(\.\w+)*\.v4", ptx), "loads are not 16-byte vectors"
+        assert rep.resources.spill_bytes == 0
+
+
+def test_kernel_refs_type_pointers_from_inputs(rms_op) -> None:
+    (ref,) = rms_op.kernel_refs(rms_op.example_inputs)
+    assert ref.signature["in0_ptr"] == "*bf16" and ref.signature["out0_ptr"] == "*bf16"
+    assert ref.constexprs["in0_cs1"] == 1  # unit column stride is a constexpr
+    assert ref.constexprs["BLOCK_N"] == 4096
+
+
+def test_metal_emitted_for_elementwise_and_rowwise_not_matmul(rms_op) -> None:
+    src = rms_op.metal_source({"dtype": "fp16", "threads": 128})
+    assert src is not None and "not compiled here" in src
+    assert "device const half* in0" in src and "THREADS = 128" in src
+    assert "kernel void" in src and "rsqrt(" in src
+    ce = generate(cross_entropy, (torch.randn(4, 10), torch.randint(0, 10, (4,))), name="ce_m")
+    assert "_post(" in ce.metal_source()
+    sw = generate(swiglu, (torch.randn(4, 10), torch.randn(4, 10)), name="sw_m")
+    assert "out0[offs]" in sw.metal_source()
+    lg = generate(linear_gelu, (torch.randn(4, 8), torch.randn(6, 8), torch.randn(6)), name="lg_m")
+    assert lg.metal_source() is None
+
+
+def test_fusion_report_counts_bytes(rms_op) -> None:
+    rep = rms_op.fusion
+    n, b = 8 * 4096, 2
+    # fused: x and w read once, y written once
+    assert rep.bytes_fused == (n + 4096 + n) * b
+    assert rep.bytes_unfused > rep.bytes_fused and rep.bytes_saved == rep.bytes_unfused - rep.bytes_fused
+    assert rep.kernels == 1 and {"mean.dim", "rsqrt"} <= set(rep.ops)
+    assert "fused into 1 rowwise kernel" in rep.text
+
+
+def test_output_spec_follows_input_dtype_and_shape(rms_op) -> None:
+    x, w = torch.randn(3, 64, dtype=torch.float16), torch.randn(64, dtype=torch.float16)
+    assert rms_op.output_spec((x, w)) == [((3, 64), torch.float16)]
+
+
+def test_torch_math_checker_catches_host_math() -> None:
+    bad = "import torch\ndef launch(*inputs, out=None, config=None):\n    return inputs[0].sum()\n"
+    assert torch_math_calls(bad) == ["line 3: .sum()"]
+    bad2 = "import torch\ndef launch(x):\n    return torch.softmax(x, -1)\n"
+    assert torch_math_calls(bad2)
