@@ -740,7 +740,9 @@ def _describe_trial(label: str, shape: Shape, dtype: torch.dtype, seed: int) -> 
 
 def _same(a: torch.Tensor, b: torch.Tensor, tol: float) -> bool:
     if tol == 0:  # bitwise: compare the bytes, so -0.0 vs 0.0 and NaN payloads count too
-        return torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8))
+        # reshape(-1) first: a 0-dim tensor (a loss) cannot be viewed as bytes directly
+        return torch.equal(a.contiguous().reshape(-1).view(torch.uint8),
+                           b.contiguous().reshape(-1).view(torch.uint8))
     return bool(torch.isclose(a.double(), b.double(), rtol=tol, atol=tol, equal_nan=True).all())
 
 

@@ -148,8 +148,8 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         if r.id in pairs:
             s = pairs[r.id]
             online.append((r.id, s.id))
-            em.emit(f"m_acc = tl.full([ROWS, BLOCK_N], float('-inf'), tl.float32)")
-            em.emit(f"s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+            em.emit("m_acc = tl.full([ROWS, BLOCK_N], float('-inf'), tl.float32)")
+            em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
             for line in loop_head:
                 em.emit(line)
             em.indent += 1
