@@ -273,8 +273,19 @@ class PackedOp:
                            "and compiled for this arch, but was not timed on this device",
                            self.op, choice.target)
         module = self._module(choice.bucket["file"], choice.interpret)
+        config = choice.bucket.get("config") or None
         with _interpreter_env(choice.interpret):
-            return module.launch(*inputs, out=out, config=choice.bucket.get("config") or None)
+            try:
+                return module.launch(*inputs, out=out, config=config)
+            except ValueError as exc:
+                # The generated launcher validates a config against the inputs before launching
+                # (e.g. a one-block row needs BLOCK_N >= n_cols, and a nearest-bucket config may
+                # not cover a wider row): then the same verified body runs with the launcher's
+                # own size-derived config.
+                self._log_once(f"refit:{choice.bucket['file']}",
+                               "%s: bucket config %s does not fit these inputs (%s); using the "
+                               "launcher's own config for the same kernel", self.op, config, exc)
+                return module.launch(*inputs, out=out, config=None)
 
     def _module(self, rel: str, interpret: bool) -> ModuleType:
         key = (rel, interpret)

@@ -78,12 +78,15 @@ def shape_bucket(shape: Sequence[int]) -> str:
 
 
 def bucket_distance(a: str, b: str) -> float:
-    """log2 distance between two buckets of the same rank; inf when the ranks differ."""
+    """Weighted log2 distance between two buckets of the same rank; inf when the ranks differ."""
     da = [int(x) for x in a.split("x")]
     db = [int(x) for x in b.split("x")]
     if len(da) != len(db):
         return math.inf
-    return sum(abs(math.log2(x) - math.log2(y)) for x, y in zip(da, db, strict=True))
+    # The last (row) dimension decides block sizes and strategy, the leading ones only the grid:
+    # weigh it 4x so a row width match wins over a row count match.
+    weights = [1.0] * (len(da) - 1) + [4.0]
+    return sum(w * abs(math.log2(x) - math.log2(y)) for w, x, y in zip(weights, da, db, strict=True))
 
 
 def _pow2_ceil(n: int) -> int:

@@ -814,6 +814,10 @@ def port(
         op=spec.name, spec_path=spec_path, run_dir=rd, targets=tuple(results),
         versions={k: v for k, v in env_info.versions().items() if v is not None},
         fusion=fusion_d, signature=porter_.signature,
+        # A spec module defines `reference` itself: the loader imports it from reference.py
+        # directly (its TRITON_KERNEL path would not resolve inside the pack). A KernelBench file
+        # is self-contained and goes through load_spec, which lifts the Model's parameters.
+        reference_function="reference" if getattr(spec, "source_kind", "spec") == "spec" else None,
         checks_run=porter_.checks_run, checks_shared=porter_.checks_shared,
     )
     if out_dir is not None:

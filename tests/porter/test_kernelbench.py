@@ -1,7 +1,13 @@
-"""KernelBench files are taken unmodified: reduced sizes, lifted params, same meaning as Model."""
+"""KernelBench-format files are taken unmodified: reduced sizes, lifted params, same meaning as Model.
+
+The files under examples/kernelbench/level1 are our own problems in that format; the first
+tests check that each one is a complete, self-contained problem of the format (so the rest of
+the suite is not testing something that only works with porter-specific files).
+"""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import math
 from pathlib import Path
@@ -13,14 +19,69 @@ from porter.errors import SpecError
 from porter.kernelbench import INTERPRET_ELEMENT_BUDGET
 from porter.kernelbench import PARAM_SEED
 from porter.kernelbench import kernelbench_problem
+from porter.spec import import_file
 from porter.spec import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
-KB_FILES = sorted((ROOT / "examples" / "kernelbench" / "level1").glob("*.py"))
+KB_DIR = ROOT / "examples" / "kernelbench" / "level1"
+KB_FILES = sorted(KB_DIR.glob("*.py"), key=lambda p: int(p.stem.split("_", 1)[0]))
+# A problem file may import only these: nothing of ours, nothing a KernelBench user lacks.
+ALLOWED_IMPORTS = {"torch", "torch.nn", "torch.nn.functional", "math"}
+# The full-size problems are for an 80 GB GPU: inputs must leave room for outputs and
+# temporaries, and each tensor must stay indexable with 32-bit offsets.
+MAX_INPUT_BYTES = 16 * 2**30
+MAX_ELEMENTS_PER_TENSOR = 2**31 - 1
 
 
-def test_at_least_fourteen_problem_files() -> None:
-    assert len(KB_FILES) >= 14
+def test_at_least_sixteen_problem_files_numbered_one_to_n() -> None:
+    assert len(KB_FILES) >= 16
+    numbers = [int(p.stem.split("_", 1)[0]) for p in KB_FILES]
+    assert numbers == list(range(1, len(KB_FILES) + 1))
+    assert all(p.stem.split("_", 1)[1] for p in KB_FILES), "name is <n>_<Op>.py"
+
+
+@pytest.mark.parametrize("path", KB_FILES, ids=lambda p: p.stem)
+def test_file_is_a_self_contained_problem(path: Path) -> None:
+    raw = path.read_bytes()
+    assert b"\r" not in raw, "LF line endings"
+    tree = ast.parse(raw.decode("utf-8"), filename=str(path))
+    classes = {n.name for n in tree.body if isinstance(n, ast.ClassDef)}
+    functions = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+    assert "Model" in classes
+    assert {"get_inputs", "get_init_inputs"} <= functions
+    imported: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module or "")
+    assert imported <= ALLOWED_IMPORTS, f"{path.name} imports {sorted(imported - ALLOWED_IMPORTS)}"
+    sizes = [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)
+             and isinstance(n.value.value, int)]
+    assert sizes, "at least one module-level integer size global"
+
+    # Full size, on the meta device (no memory): the model builds from get_init_inputs, the
+    # inputs fit an 80 GB GPU, and forward runs on them.
+    mod = import_file(path, tag="kb_selfcheck")
+    init = mod.get_init_inputs()
+    assert isinstance(init, list)
+    model = mod.Model(*init)
+    assert isinstance(model, torch.nn.Module)
+    with torch.device("meta"):
+        inputs = mod.get_inputs()
+    assert isinstance(inputs, list) and inputs
+    assert all(isinstance(t, torch.Tensor) for t in inputs)
+    assert all(t.numel() <= MAX_ELEMENTS_PER_TENSOR for t in inputs)
+    assert sum(t.numel() * t.element_size() for t in inputs) <= MAX_INPUT_BYTES
+    assert sum(t.numel() for t in inputs) >= 2**26, "level-1 sized: at least 64M elements in"
+    out = model.to("meta")(*inputs)
+    assert isinstance(out, torch.Tensor)
+
+    # Without a default device, get_inputs gives CPU tensors, as the format says (checked at
+    # the reduced sizes: the full-size ones would take gigabytes).
+    spec = load_spec(path)
+    small = kernelbench_problem(spec).module(spec.interpret_shapes[-1])
+    assert all(t.device.type == "cpu" for t in small.get_inputs())
 
 
 @pytest.mark.parametrize("path", KB_FILES, ids=lambda p: p.stem)
@@ -61,36 +122,72 @@ def test_ingest_matches_model_called_directly(path: Path) -> None:
 
 
 def test_layernorm_params_are_lifted_and_used() -> None:
-    spec = load_spec(ROOT / "examples/kernelbench/level1/40_LayerNorm.py")
+    spec = load_spec(KB_DIR / "18_LayerNorm.py")
     kb = kernelbench_problem(spec)
     args = spec.make_inputs(spec.interpret_shapes[0], torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
     x, weight, bias = args
     assert weight.shape == x.shape[1:] and bias.shape == x.shape[1:]
-    # the reference really uses the lifted weight: changing it changes the output
+    # the reference really uses the lifted weight and bias: changing either changes the output
     out1 = spec.reference(x, weight, bias)
-    out2 = spec.reference(x, weight * 2, bias)
-    assert not torch.allclose(out1, out2)
+    assert not torch.allclose(out1, spec.reference(x, weight * 2, bias))
+    assert not torch.allclose(out1, spec.reference(x, weight, bias + 1))
     assert kb.n_inputs == 1
 
 
+def test_rmsnorm_reduces_over_dim_one_not_the_last() -> None:
+    spec = load_spec(KB_DIR / "16_RMSNorm.py")
+    (x,) = spec.make_inputs(spec.interpret_shapes[0], torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+    out = spec.reference(x)
+    # every (n, h, w) channel vector has unit RMS; the last-dim vectors in general do not
+    torch.testing.assert_close(out.pow(2).mean(dim=1), torch.ones_like(out[:, 0]), atol=1e-4, rtol=1e-4)
+    assert not torch.allclose(out.pow(2).mean(dim=-1), torch.ones_like(out[..., 0]), atol=1e-2)
+
+
 def test_size_report_says_what_was_used() -> None:
-    spec = load_spec(ROOT / "examples/kernelbench/level1/19_ReLU.py")
-    text = spec.describe_shape(spec.interpret_shapes[0])
-    assert "batch_size=16 (was 4096)" in text and "(was 200000)" in text
-    # non-power-of-two sizes stay odd so masking paths are exercised
-    assert spec.interpret_shapes[0][1] % 2 == 1
+    spec = load_spec(KB_DIR / "17_L2Norm.py")
+    kb = kernelbench_problem(spec)
+    shape = spec.interpret_shapes[0]
+    text = spec.describe_shape(shape)
+    for name, small, full in zip(spec.shape_names, shape, kb.original):
+        assert small < full
+        assert f"{name}={small} (was {full})" in text
+    # the file's width is odd; its reduced width stays odd so masking paths are exercised
+    assert kb.original[1] % 2 == 1 and shape[1] % 2 == 1
 
 
-def test_equal_sizes_stay_equal_for_broadcasting() -> None:
-    # HingeLoss multiplies (batch, N) by (batch,): legal only while N == batch.
-    spec = load_spec(ROOT / "examples/kernelbench/level1/100_HingeLoss.py")
-    b, n, _ = spec.interpret_shapes[0]
-    assert b == n and math.prod((b, n)) <= INTERPRET_ELEMENT_BUDGET
+def test_small_axis_globals_are_kept() -> None:
+    # reduce_axis = 1 is an axis, not a size: reducing it would change the op.
+    spec = load_spec(KB_DIR / "19_SumReduction.py")
+    names = spec.shape_names
+    for shape in spec.interpret_shapes:
+        assert dict(zip(names, shape))["reduce_axis"] == 1
+
+
+def test_equal_sizes_stay_equal_for_broadcasting(tmp_path: Path) -> None:
+    # (rows, cols) * (rows,) broadcasts only while cols == rows: both must shrink together.
+    p = tmp_path / "1_RowScale.py"
+    p.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def forward(self, a, b):\n"
+        "        return torch.mean(a * b)\n"
+        "rows = 20000\n"
+        "cols = 20000\n"
+        "def get_inputs():\n"
+        "    return [torch.randn(rows, cols), torch.randn(rows)]\n"
+        "def get_init_inputs():\n"
+        "    return []\n"
+    )
+    spec = load_spec(p)
+    rows, cols = spec.interpret_shapes[0]
+    assert rows == cols < 20000 and rows * cols <= INTERPRET_ELEMENT_BUDGET
+    args = spec.make_inputs((rows, cols), torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+    torch.testing.assert_close(spec.reference(*args), torch.mean(args[0] * args[1]))
 
 
 def test_derived_globals_follow_overrides() -> None:
     # input_shape = (num_classes,) must follow num_classes when it is reduced.
-    spec = load_spec(ROOT / "examples/kernelbench/level1/95_CrossEntropyLoss.py")
+    spec = load_spec(KB_DIR / "24_CrossEntropyLoss.py")
     shape = spec.interpret_shapes[0]
     logits, target = spec.make_inputs(shape, torch.bfloat16, torch.device("cpu"), torch.Generator().manual_seed(0))
     assert logits.dtype == torch.bfloat16 and target.dtype == torch.int64  # class ids keep their dtype
@@ -99,7 +196,7 @@ def test_derived_globals_follow_overrides() -> None:
 
 
 def test_fresh_inputs_per_trial() -> None:
-    spec = load_spec(ROOT / "examples/kernelbench/level1/21_Sigmoid.py")
+    spec = load_spec(KB_DIR / "3_Sigmoid.py")
     s = spec.interpret_shapes[0]
     a = spec.make_inputs(s, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(1))[0]
     b = spec.make_inputs(s, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(2))[0]

@@ -1,0 +1,256 @@
+"""Speed-of-light suite: the porter's kernels beside eager, torch.compile and Liger-Kernel.
+
+On the GPU it runs on, for every example op:
+  1. `porter.port.port(spec, [this device])` searches the porter's own variant space on the
+     device (measured tier) and writes a pack — no hand-picked configs;
+  2. `porter.load_pack` loads that pack, and the loaded op is timed beside the best eager
+     PyTorch op (the spec's reference), `torch.compile(reference)` in its default mode, and
+     Liger-Kernel where it has the op, all interleaved in one process (`harness.bench_op`:
+     CUDA events, L2 flushed with a buffer of 2x the device's last-level cache, median of many
+     repetitions, fresh random inputs);
+  3. every row goes to `<out>/rows.jsonl` as soon as it is measured (an interrupted run keeps
+     what it measured), and at the end `<out>/results.json`, `<out>/results.csv` and
+     `<out>/SUMMARY.md` (device, versions, date, the table, geometric means).
+
+    python bench/suite.py --out results/h100-2026-11-22 [--ops rmsnorm,softmax] [--reps 50]
+    porter bench --suite --out ...
+
+Percentages are of the device's measured copy bandwidth (memory-bound ops) or measured bf16
+matmul rate (matmul), from hwmodels/devices/<device>.yaml; datasheet percentages beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import datetime as dt
+import importlib
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+# Ops and shapes of the suite (issue 5). bf16 everywhere; fp32 and fp16 on a subset.
+WIDE = [(4096, 4096), (16384, 8192), (32768, 4096), (8192, 5120), (4097, 1537), (4096, 32768)]
+LLAMA = [(8192, 4096), (8192, 8192), (16384, 5120)]  # batch*seq rows x Llama hidden sizes
+SUBSET = [(16384, 8192), (8192, 5120)]
+OPS: dict[str, dict[str, Any]] = {
+    "rmsnorm": {"shapes": WIDE + LLAMA, "extra_dtypes": SUBSET},
+    "layernorm": {"shapes": WIDE + LLAMA, "extra_dtypes": SUBSET},
+    "softmax": {"shapes": WIDE, "extra_dtypes": SUBSET},
+    "add_rmsnorm": {"shapes": WIDE + LLAMA, "extra_dtypes": []},
+    "cross_entropy": {"shapes": [(4096, 32768), (8192, 32000), (4096, 128256), (4097, 1537)],
+                      "extra_dtypes": []},
+    "gelu": {"shapes": WIDE, "extra_dtypes": []},
+    "swiglu": {"shapes": [(8192, 14336), (16384, 11008), (4097, 1537)], "extra_dtypes": []},
+    "rotary": {"shapes": [(16384, 32, 128), (8192, 64, 128), (4097, 32, 128)], "extra_dtypes": []},
+    "matmul_bias_gelu": {"shapes": [(4096, 4096, 4096), (8192, 8192, 8192)], "extra_dtypes": []},
+}
+MEMORY_BOUND = [op for op in OPS if op != "matmul_bias_gelu"]
+BIG_BYTES = 64 * 2**20  # the 90%-of-copy-bandwidth target applies at working sets >= 64 MB
+SMALL_BYTES = 32 * 2**20  # under this: "not slower than the best baseline"
+
+
+def liger_provider(op: str) -> Callable[..., Any] | None:
+    """Liger-Kernel's forward for `op`, or None where Liger has no such op or is not installed."""
+    try:
+        lf = importlib.import_module("liger_kernel.transformers.functional")
+    except Exception:  # noqa: BLE001 - any import failure means "not available", reported once
+        return None
+    from_spec = {
+        "rmsnorm": lambda x, w: lf.liger_rms_norm(x, w, 1e-6, in_place=False),
+        "layernorm": lambda x, w, b: lf.liger_layer_norm(x, w, b, 1e-5),
+        "softmax": lambda x: lf.liger_softmax(x),
+        "swiglu": lambda a, b: lf.liger_swiglu(a, b),
+        "cross_entropy": lambda x, t: lf.liger_cross_entropy(x, t),
+        "add_rmsnorm": lambda x, r, w: lf.liger_fused_add_rms_norm(x, r, w, 1e-6, in_place=False),
+    }
+    return from_spec.get(op)
+
+
+def row_dict(row: Any) -> dict[str, Any]:
+    d = dataclasses.asdict(row)
+    d["speedup"] = {k: list(v) for k, v in row.speedup.items()}
+    d["shape"] = list(row.shape)
+    return d
+
+
+def geomean(xs: list[float]) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
+    """Markdown summary: the table, then the targets of issue 5 with how each came out."""
+    from tabulate import tabulate
+
+    by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault((r["op"], tuple(r["shape"]), r["dtype"]), {})[r["provider"]] = r
+    table = []
+    sp_compile, sp_liger, worst_vs_liger, big_misses, small_losses = [], [], [], [], []
+    for (op, shape, dtype), prov in by_key.items():
+        ours = prov.get("ported")
+        if ours is None or ours.get("median_ms") is None:
+            table.append([op, "x".join(map(str, shape)), dtype, "FAILED", "", "", "", "", ""])
+            continue
+
+        def sp(name: str) -> float | None:
+            v = ours["speedup"].get(name)
+            return v[0] if v else None
+
+        s_eager, s_comp, s_liger = sp("eager"), sp("compile"), sp("liger")
+        is_mem = op in MEMORY_BOUND
+        if is_mem and s_comp:
+            sp_compile.append(s_comp)
+        if is_mem and s_liger:
+            sp_liger.append(s_liger)
+            worst_vs_liger.append((s_liger, op, shape, dtype))
+        if is_mem and ours["bytes_moved"] >= BIG_BYTES and (ours["pct_measured_peak"] or 0) < 90:
+            big_misses.append(f"{op} {'x'.join(map(str, shape))} {dtype}: "
+                              f"{ours['pct_measured_peak']:.1f}%")
+        if ours["bytes_moved"] < SMALL_BYTES:
+            best = max([s for s in (s_eager, s_comp, s_liger) if s] or [1.0])
+            worst_base = min([s for s in (s_eager, s_comp, s_liger) if s] or [1.0])
+            if worst_base < 1.0:
+                small_losses.append(f"{op} {'x'.join(map(str, shape))} {dtype}: "
+                                    f"{worst_base:.2f}x of the best baseline")
+            del best
+
+        def f(x: float | None, spec: str = ".2f") -> str:
+            return "-" if x is None else format(x, spec)
+
+        table.append([op, "x".join(map(str, shape)), dtype, f(ours["median_ms"], ".4f"),
+                      f(ours["gbps"] if is_mem else ours["tflops"], ".0f"),
+                      f(ours["pct_measured_peak"], ".1f"), f(ours["pct_datasheet_peak"], ".1f"),
+                      f(s_eager), f(s_comp), f(s_liger)])
+    headers = ["op", "shape", "dtype", "ours ms", "GB/s|TFLOP/s", "% measured", "% datasheet",
+               "x eager", "x compile", "x liger"]
+    lines = [f"# Suite results: {meta['device']} ({meta['hw_model']}), {meta['date']}", "",
+             f"- versions: {json.dumps(meta['versions'])}",
+             f"- git: {meta.get('git_rev')}",
+             f"- method: {meta['method']}", "",
+             tabulate(table, headers=headers, tablefmt="github"), ""]
+    gm_c, gm_l = geomean(sp_compile), geomean(sp_liger)
+    lines += ["## Against the targets of issue 5", "",
+              f"- geometric-mean speedup over torch.compile, memory-bound ops: "
+              f"{gm_c:.2f}x over {len(sp_compile)} rows (target >= 1.5x)" if gm_c else
+              "- no torch.compile rows",
+              f"- geometric-mean speedup over Liger where Liger has the op: {gm_l:.2f}x over "
+              f"{len(sp_liger)} rows" if gm_l else "- no Liger rows (Liger not installed?)"]
+    if worst_vs_liger:
+        w = min(worst_vs_liger)
+        lines.append(f"- worst row vs Liger: {w[0]:.3f}x ({w[1]} {'x'.join(map(str, w[2]))} {w[3]}; "
+                     "target: never more than 3% behind, i.e. >= 0.97x)")
+    lines.append("- memory-bound rows >= 64 MB under 90% of measured copy bandwidth: " +
+                 ("none" if not big_misses else "; ".join(big_misses)))
+    lines.append("- rows under 32 MB slower than some baseline: " +
+                 ("none" if not small_losses else "; ".join(small_losses)))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated example ops")
+    ap.add_argument("--out", required=True, help="results folder (created)")
+    ap.add_argument("--reps", type=int, default=50, help="timed repetitions per provider")
+    ap.add_argument("--max-variants", type=int, default=6, help="port search cap per bucket")
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baseline")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    import hwmodels
+    from harness import env_info
+    from harness.bench_op import bench_op
+    from harness.bench_op import format_table
+    from porter.loader import load_pack
+    from porter.port import port
+    from porter.spec import load_spec
+
+    det = hwmodels.detect()
+    if det.model is None or not torch.cuda.is_available():
+        print(f"the suite times kernels on a GPU; none usable here: {det.reason}", file=sys.stderr)
+        return 2
+    hw = det.model
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"device": det.device_name, "hw_model": hw.name,
+            "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "versions": env_info.versions(), "git_rev": env_info.git_rev(REPO),
+            "method": f"harness.bench_op: interleaved providers, CUDA events, L2 flushed "
+                      f"(2x LLC buffer), median of {args.reps} reps, random normal inputs",
+            "liger": _liger_version()}
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    rows_path = out / "rows.jsonl"
+    all_rows: list[dict[str, Any]] = []
+    t0 = time.time()
+    for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
+        cfg = OPS[op]
+        spec_path = REPO / "examples" / op / "spec.py"
+        spec = load_spec(spec_path)
+        units = [(s, torch.bfloat16) for s in cfg["shapes"]]
+        units += [(s, d) for s in cfg["extra_dtypes"] for d in (torch.float16, torch.float32)]
+        shapes = list(dict.fromkeys(s for s, _ in units))
+        dtypes = list(dict.fromkeys(d for _, d in units))
+        print(f"[{time.time() - t0:6.0f}s] {op}: porting for {hw.name} "
+              f"({len(units)} shape x dtype units)", flush=True)
+        result = port(spec_path, [hw.name], out / "packs", run_dir=out / "runs" / op,
+                      max_variants=args.max_variants, shapes=shapes, dtypes=dtypes,
+                      units=units, progress=lambda line: print("   ", line, flush=True))
+        packed = load_pack(result.pack_path)
+        providers: dict[str, Callable[..., Any]] = {"ported": packed, "eager": spec.reference}
+        if not args.no_compile:
+            providers["compile"] = torch.compile(spec.reference)
+        lig = liger_provider(op)
+        if lig is not None:
+            providers["liger"] = lig
+        baselines = [p for p in providers if p != "ported"]
+        problem = spec.problem()
+        for shape, dtype in units:
+            rows = bench_op(problem, providers, hw=hw, shapes=[shape], dtypes=[dtype],
+                            reps=args.reps, baselines=baselines)
+            print(format_table(rows), flush=True)
+            with rows_path.open("a") as fh:
+                for r in rows:
+                    d = row_dict(r)
+                    all_rows.append(d)
+                    fh.write(json.dumps(d) + "\n")
+        torch.compiler.reset()
+    (out / "results.json").write_text(json.dumps({"meta": meta, "rows": all_rows}, indent=1))
+    with (out / "results.csv").open("w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["device", "op", "provider", "shape", "dtype", "median_ms", "p20_ms", "p80_ms",
+                    "gbps", "tflops", "pct_measured", "pct_datasheet", "speedups"])
+        for r in all_rows:
+            w.writerow([hw.name, r["op"], r["provider"], "x".join(map(str, r["shape"])),
+                        r["dtype"], r["median_ms"], r["p20_ms"], r["p80_ms"], r["gbps"],
+                        r["tflops"], r["pct_measured_peak"], r["pct_datasheet_peak"],
+                        json.dumps(r["speedup"])])
+    summary = summarize(all_rows, meta)
+    (out / "SUMMARY.md").write_text(summary)
+    print(summary)
+    return 0
+
+
+def _liger_version() -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version("liger-kernel")
+    except Exception:  # noqa: BLE001 - not installed
+        return None
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    raise SystemExit(main())
