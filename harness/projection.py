@@ -40,6 +40,7 @@ from typing import Literal
 
 import torch
 
+from harness.roofline import MathUnit
 from harness.roofline import compute_peak_tflops
 from harness.roofline import dtype_key
 
@@ -89,8 +90,8 @@ class Projection:
             raise ValueError(f"Projection.label must be 'projected', got {self.label!r}")
 
 
-def _effective_rates(hw: HardwareModel,
-                     dtype: torch.dtype | str) -> tuple[float, str, float | None, str]:
+def _effective_rates(hw: HardwareModel, dtype: torch.dtype | str,
+                     math_unit: MathUnit = "auto") -> tuple[float, str, float | None, str]:
     key = dtype_key(dtype)
     meas_bw = hw.measured_value("copy_bandwidth_gbps")
     if meas_bw:
@@ -98,13 +99,15 @@ def _effective_rates(hw: HardwareModel,
     else:
         bw = hw.peak_bandwidth_gbps * DEFAULT_BW_EFFICIENCY
         bw_src = f"datasheet x {DEFAULT_BW_EFFICIENCY}"
-    meas_fl = hw.measured_value(f"matmul_{key}_tflops")
+    # Measured matmul ceilings apply to matrix-unit math only, never to SIMT (norms, softmax).
+    meas_fl = hw.measured_value(f"matmul_{key}_tflops") if math_unit != "simt" else None
     if meas_fl:
         fl, fl_src = meas_fl, f"measured matmul_{key}_tflops"
     else:
-        peak = compute_peak_tflops(hw, key)
+        peak = compute_peak_tflops(hw, key, math_unit)
         fl = peak * DEFAULT_FLOP_EFFICIENCY if peak else None
-        fl_src = f"datasheet x {DEFAULT_FLOP_EFFICIENCY}" if peak else f"no {key} rate"
+        unit = "fp32 SIMT" if math_unit == "simt" else key
+        fl_src = f"datasheet {unit} x {DEFAULT_FLOP_EFFICIENCY}" if peak else f"no {unit} rate"
     return bw, bw_src, fl, fl_src
 
 
@@ -113,7 +116,8 @@ def project(bytes_moved: int, flops: int, hw: HardwareModel, dtype: torch.dtype 
             calibration: Calibration | None = None,
             launch_overhead_us: float = DEFAULT_LAUNCH_OVERHEAD_US,
             memory_latency_ns: float = DEFAULT_MEMORY_LATENCY_NS,
-            bytes_in_flight_per_warp: int | None = None) -> Projection:
+            bytes_in_flight_per_warp: int | None = None,
+            math_unit: MathUnit = "auto") -> Projection:
     """Predict a kernel's time on `hw` (see the module docstring for the model).
 
     Args:
@@ -121,6 +125,8 @@ def project(bytes_moved: int, flops: int, hw: HardwareModel, dtype: torch.dtype 
         flops: FLOPs it does (0 for data movement).
         hw: the device to project for.
         dtype: data type (sets the FLOP rate).
+        math_unit: "simt" for element-wise/reduction math (done in fp32 on the SIMT units
+            whatever the I/O dtype), "matrix" for matmuls, "auto" to pick by dtype.
         grid: total blocks (programs) launched; must be >= 1.
         occupancy: resident blocks and warps per unit from the cross-compiled kernel
             (`targets.occupancy.compute`); enables the wave and bytes-in-flight terms.
@@ -142,7 +148,7 @@ def project(bytes_moved: int, flops: int, hw: HardwareModel, dtype: torch.dtype 
         raise ValueError(f"projection.project: bytes and flops must be >= 0, "
                          f"got {bytes_moved}, {flops}")
     units = int(hw.compute_units.value)
-    bw_gbps, bw_src, tflops, fl_src = _effective_rates(hw, dtype)
+    bw_gbps, bw_src, tflops, fl_src = _effective_rates(hw, dtype, math_unit)
     if flops and tflops is None:
         raise ValueError(f"projection.project: {hw.name} states no FLOP rate for "
                          f"{dtype_key(dtype)}")

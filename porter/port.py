@@ -490,11 +490,13 @@ class _Porter:
         nbytes, flops = op_cost(self.problem, shape, dtype)
         occ = details.pop("_occupancy", None)
         try:
-            pr = project(nbytes, flops, hw, dtype, grid=int(details.get("grid", 1)), occupancy=occ)
+            unit = "matrix" if getattr(self.gen_op, "family", "") == "matmul_epilogue" else "simt"
+            pr = project(nbytes, flops, hw, dtype, grid=int(details.get("grid", 1)),
+                         occupancy=occ, math_unit=unit)
         except ValueError as exc:
             details["projection_error"] = str(exc)
             return {}
-        roof = analyze(nbytes, flops, pr.time_ms, hw, dtype)
+        roof = analyze(nbytes, flops, pr.time_ms, hw, dtype, math=unit)
         numbers = {"time_ms": pr.time_ms, "label": "projected", "bound": pr.bound,
                    "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
                    "bytes_moved": nbytes, "flops": flops}
@@ -628,7 +630,8 @@ class _Porter:
         t = cmp.timings["kernel"]
         nbytes = p.numbers.get("bytes_moved") or 0
         flops = p.numbers.get("flops") or 0
-        roof = analyze(nbytes, flops, t.median_ms, hw, dtype)
+        unit = "matrix" if getattr(self.gen_op, "family", "") == "matmul_epilogue" else "simt"
+        roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math=unit)
         p.numbers.update({"time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
                           "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
                           "speedup_vs_eager": cmp.ratio("eager", "kernel")[0]})

@@ -39,12 +39,16 @@ TRITON_FN = {
     "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
     # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
     "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))",
-    "abs": "tl.abs({0})", "reciprocal": "(1.0 / {0})", "log1p": "tl.log(1.0 + {0})",
-    "expm1": "(tl.exp({0}) - 1.0)", "sin": "tl.sin({0})", "cos": "tl.cos({0})",
+    "abs": "tl.abs({0})", "reciprocal": "(1.0 / {0})",
+    # log1p/expm1 without cancellation for tiny |x| (Goldberg's and Kahan's corrections):
+    # u = 1 + x rounds; log(u) * x / (u - 1) restores the lost bits. Branch-free via where.
+    "log1p": "tl.log(1.0 + {0})", "expm1": "(tl.exp({0}) - 1.0)",  # see Emitter._log1p/_expm1
+    "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "exp2": "tl.exp2({0})", "log2": "tl.log2({0})", "floor": "tl.floor({0})",
     "ceil": "tl.ceil({0})", "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
     "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
     "gt": "({0} > {1})", "ge": "({0} >= {1})", "and": "({0} & {1})", "or": "({0} | {1})",
+    "xor": "({0} ^ {1})", "ne_bool": "(({0} != 0) != ({1} != 0))",
     "where": "tl.where({0}, {1}, {2})", "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
 }
 METAL_FN = {
@@ -52,11 +56,12 @@ METAL_FN = {
     "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})",
     "erf": "porter_erf({0})", "sigmoid": "(1.0f / (1.0f + exp(-{0})))",
     "tanh": "precise::tanh({0})", "abs": "fabs({0})", "reciprocal": "(1.0f / {0})",
-    "log1p": "log(1.0f + {0})", "expm1": "(exp({0}) - 1.0f)", "sin": "sin({0})",
+    "log1p": "log(1.0f + {0})", "expm1": "(exp({0}) - 1.0f)",
+    "sin": "sin({0})",
     "cos": "cos({0})", "exp2": "exp2({0})", "log2": "log2({0})", "floor": "floor({0})",
     "ceil": "ceil({0})", "maximum": "fmax({0}, {1})", "minimum": "fmin({0}, {1})",
     "and": "({0} && {1})", "or": "({0} || {1})", "where": "({0} ? {1} : {2})",
-    "sign": "sign({0})",
+    "sign": "sign({0})", "xor": "({0} ^ {1})", "ne_bool": "(({0} != 0) != ({1} != 0))",
 }
 
 TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
@@ -362,9 +367,34 @@ class Emitter:
             exp2 = self.fn("exp2")
             log2 = self.fn("log2")
             return self.tmp(exp2.format(f"{log2.format(x)} * {self.const(float(p))}"))
+        if fn in ("log1p", "expm1"):
+            return self._log1p(vals[0]) if fn == "log1p" else self._expm1(vals[0])
         if fn == "not":
             return self.tmp(f"({vals[0]} == 0)" if self.dialect == "triton" else f"(!{vals[0]})")
         return self.tmp(self.fn(fn).format(*vals))
+
+    def _sel(self, cond: str, a: str, b: str) -> str:
+        return f"tl.where({cond}, {a}, {b})" if self.dialect == "triton" else f"({cond} ? {a} : {b})"
+
+    def _log1p(self, x: str) -> str:
+        """log(1 + x) without cancellation for tiny |x| (Goldberg): u = 1 + x rounds, and
+        log(u) * x / (u - 1) puts back the bits the rounding lost. u == inf passes through."""
+        f = "f" if self.dialect == "metal" else ""
+        log = self.fn("log")
+        u = self.tmp(f"1.0{f} + {x}", "u")
+        exact = self.tmp(f"{log.format(u)} * ({x} / ({u} - 1.0{f}))")
+        inner = self._sel(f"{u} == {self.const(float('inf'))}", u, exact)
+        return self.tmp(self._sel(f"{u} == 1.0{f}", x, inner))
+
+    def _expm1(self, x: str) -> str:
+        """exp(x) - 1 without cancellation for tiny |x| (Kahan): (u - 1) * x / log(u) with
+        u = exp(x); u == 1 gives x, u == 0 gives -1, u == inf passes through."""
+        f = "f" if self.dialect == "metal" else ""
+        u = self.tmp(self.fn("exp").format(x), "u")
+        exact = self.tmp(f"({u} - 1.0{f}) * ({x} / {self.fn('log').format(u)})")
+        inner = self._sel(f"{u} == {self.const(float('inf'))}", u, exact)
+        inner = self._sel(f"{u} == 0.0{f}", f"-1.0{f}", inner)
+        return self.tmp(self._sel(f"{u} == 1.0{f}", x, inner))
 
     def fn(self, name: str) -> str:
         table = TRITON_FN if self.dialect == "triton" else METAL_FN

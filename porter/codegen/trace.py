@@ -39,6 +39,7 @@ _BINARY = {
     "mul": "mul", "div": "div", "maximum": "maximum", "minimum": "minimum", "eq": "eq",
     "ne": "ne", "lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "logical_and": "and",
     "logical_or": "or", "bitwise_and": "and", "bitwise_or": "or", "fmod": "fmod",
+    "logical_xor": "ne_bool", "bitwise_xor": "xor",
     "remainder": "remainder",
 }
 _IDENTITY = ("clone", "alias", "detach", "lift_fresh_copy", "contiguous", "_to_copy_noop")
@@ -216,6 +217,52 @@ class _Lowering:
             if not isinstance(args[1], (int, float)):
                 raise UnsupportedOpError(origin, "only a constant exponent is covered")
             return self.pw("pow", x, float(args[1]), like=val.dtype, origin=origin)
+        if name == "leaky_relu":
+            slope = args[1] if len(args) > 1 else kw.get("negative_slope", 0.01)
+            return self.pw("where", self.pw("gt", x, 0.0, like=torch.bool), x,
+                           self.pw("mul", x, slope, like=x), like=val.dtype, origin=origin)
+        if name == "elu":
+            # scale * (x > 0 ? x : alpha * expm1(input_scale * x)); SELU is elu with constants.
+            alpha = args[1] if len(args) > 1 else kw.get("alpha", 1.0)
+            scale = args[2] if len(args) > 2 else kw.get("scale", 1.0)
+            in_scale = args[3] if len(args) > 3 else kw.get("input_scale", 1.0)
+            xs = x if in_scale == 1 else self.pw("mul", x, in_scale, like=x)
+            neg = self.pw("expm1", xs, like=x)
+            if alpha != 1:
+                neg = self.pw("mul", neg, alpha, like=x)
+            y = self.pw("where", self.pw("gt", x, 0.0, like=torch.bool), x, neg, like=x)
+            if scale != 1:
+                y = self.pw("mul", y, scale, like=x)
+            return y if y.dtype == val.dtype else self.pw("cast", y, like=val.dtype)
+        if name == "isnan":
+            return self.pw("ne", x, x, like=torch.bool, origin=origin)
+        if name == "isinf":
+            return self.pw("eq", self.pw("abs", x, like=x), math.inf, like=torch.bool,
+                           origin=origin)
+        if name == "isfinite":
+            # |x| < inf is False for both inf and NaN.
+            return self.pw("lt", self.pw("abs", x, like=x), math.inf, like=torch.bool,
+                           origin=origin)
+        # The next three are core decompositions today (never reach here); kept so a trace
+        # without the decomposition table still lowers them.
+        if name == "hardsigmoid":
+            return self.pw("minimum", self.pw("maximum", self.pw(
+                "add", self.pw("div", x, 6.0, like=x), 0.5, like=x), 0.0, like=x), 1.0,
+                like=val.dtype, origin=origin)
+        if name == "hardswish":
+            hs = self.pw("minimum", self.pw("maximum", self.pw("add", x, 3.0, like=x), 0.0,
+                                            like=x), 6.0, like=x)
+            return self.pw("div", self.pw("mul", x, hs, like=x), 6.0, like=val.dtype,
+                           origin=origin)
+        if name == "softplus":
+            beta = args[1] if len(args) > 1 else kw.get("beta", 1.0)
+            thr = args[2] if len(args) > 2 else kw.get("threshold", 20.0)
+            bx = x if beta == 1 else self.pw("mul", x, beta, like=x)
+            sp = self.pw("log1p", self.pw("exp", bx, like=x), like=x)
+            if beta != 1:
+                sp = self.pw("div", sp, beta, like=x)
+            return self.pw("where", self.pw("gt", bx, thr, like=torch.bool), x, sp,
+                           like=val.dtype, origin=origin)
         if name == "relu":
             return self.pw("maximum", x, 0.0, like=val.dtype, origin=origin)
         if name == "silu":

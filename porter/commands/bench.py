@@ -1,7 +1,8 @@
 """`porter bench SPEC`: time the ported kernel beside eager and torch.compile on this GPU.
 
-On a GPU: the generated kernel (its default config for the detected device, or the best
-config recorded in a results store given with --store) vs the spec's reference (eager) vs
+On a GPU: the ported kernel (a pack written by `porter port`, given with --pack, which picks the
+tuned config per shape; without --pack the generated kernel with its launcher's own per-shape
+defaults) vs the spec's reference (eager) vs
 torch.compile(reference), interleaved through harness.bench_op, with GB/s, % of measured and
 datasheet peak, speedups, and the projection for this device beside the measurement with its
 error. Without a GPU nothing is timed: CPU numbers would mean nothing for a GPU kernel; the
@@ -38,11 +39,22 @@ BASELINES = ("eager", "compile")
 @click.option("--dtype", "dtype_names", multiple=True, help="fp32, fp16, bf16 (default: the spec's first).")
 @click.option("--reps", default=100, show_default=True, type=click.IntRange(min=1), help="timed repetitions.")
 @click.option("--target", default=None, help="hardware model to project for when there is no GPU.")
-@click.option("--store", "store_path", default=None, type=click.Path(),
-              help="results store (SQLite) whose best recorded config is used for the kernel.")
+@click.option("--pack", "pack_path", default=None, type=click.Path(exists=True),
+              help="pack folder from `porter port` (its tuned per-shape configs are used).")
+@click.option("--suite", is_flag=True, help="run the whole benchmark suite (bench/suite.py); "
+              "SPEC is then the results folder.")
 def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtype_names: tuple[str, ...],
-              reps: int, target: str | None, store_path: str | None) -> None:
+              reps: int, target: str | None, pack_path: str | None, suite: bool) -> None:
     """Benchmark the ported kernel for SPEC against eager and torch.compile."""
+    if suite:
+        import importlib.util
+        from pathlib import Path
+
+        script = Path(__file__).resolve().parents[2] / "bench" / "suite.py"
+        mod_spec = importlib.util.spec_from_file_location("kernel_porter_suite", script)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+        raise SystemExit(module.main(["--out", spec_path, "--reps", str(reps)]))
     try:
         base = tuple(b.strip() for b in baselines.split(",") if b.strip())
         bad = [b for b in base if b not in BASELINES]
@@ -51,7 +63,7 @@ def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtyp
                                      param_hint="--baselines")
         shapes = tuple(parse_shape(s) for s in shape_texts) or None
         code = run_bench(spec_path, baselines=base, shapes=shapes, dtypes=parse_dtypes(dtype_names),
-                         reps=reps, target=target, store_path=store_path)
+                         reps=reps, target=target, pack_path=pack_path)
     except click.BadParameter as exc:
         fail(exc.format_message())
     except PorterError as exc:
@@ -61,7 +73,7 @@ def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtyp
 
 def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None,
               dtypes: tuple[torch.dtype, ...] | None, reps: int, target: str | None,
-              store_path: str | None) -> Exit:
+              pack_path: str | None) -> Exit:
     """Benchmark (GPU) or project (CPU) and print. Returns the exit code; raises PorterError."""
     import hwmodels
     from porter.spec import load_spec
@@ -80,8 +92,12 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
         raise PorterError(f"GPU {detection.device_name!r} has no hardware model ({detection.reason}); "
                           "pass --target with the nearest known device")
     _op, module = generated_module(spec, interpret=False)
-    config = _stored_config(store_path, spec.name, hw.name)
-    providers: dict[str, Any] = {"ported": generated_candidate(module, config)}
+    if pack_path is not None:
+        from porter.loader import load_pack
+
+        providers: dict[str, Any] = {"ported": load_pack(pack_path)}
+    else:
+        providers = {"ported": generated_candidate(module, None)}
     if "eager" in baselines:
         providers["eager"] = spec.reference
     if "compile" in baselines:
@@ -94,27 +110,24 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
 
     rows = bench_op(spec.problem(), providers, hw=hw, shapes=shapes, dtypes=dts, reps=reps,
                     baselines=[b for b in baselines if b in providers])
-    click.echo(f"{spec.name} on {hw.name} ({detection.device_name}); config: "
-               f"{'best recorded in ' + str(store_path) if config is not None else 'default for this device'}")
+    click.echo(f"{spec.name} on {hw.name} ({detection.device_name}); kernel: "
+               f"{'pack ' + str(pack_path) if pack_path else 'generated, launcher defaults'}")
     click.echo(format_table(rows))
     click.echo("\nprojection vs measurement (ported kernel; grid assumed one program per row):")
     for row in rows:
         if row.provider != "ported" or row.median_ms is None:
             continue
         dtype = next(d for d in dts if dtype_name(d) == row.dtype) if row.dtype in {dtype_name(d) for d in dts} else dts[0]
-        proj = project(row.bytes_moved, row.flops, hw, dtype, grid=rows_of(row.shape))
+        proj = project(row.bytes_moved, row.flops, hw, dtype, grid=rows_of(row.shape),
+                       math_unit=math_unit(_op))
         click.echo(f"  {'x'.join(map(str, row.shape)):>16} {row.dtype}: measured {row.median_ms:.4f} ms, "
                    f"projected {proj.time_ms:.4f} ms ({proj.bound}-bound), error {error_pct(proj, row.median_ms):+.1f}%")
     return Exit.OK
 
 
-def _stored_config(store_path: str | None, op: str, device: str) -> Any:
-    if store_path is None:
-        return None
-    from harness.store import ResultsStore
-
-    record = ResultsStore(store_path).best(op, device)
-    return None if record is None else getattr(record, "config", None)
+def math_unit(op: Any) -> str:
+    """Matrix units for a matmul; element-wise and reduction math runs in fp32 on SIMT units."""
+    return "matrix" if getattr(op, "family", "") == "matmul_epilogue" else "simt"
 
 
 def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[torch.dtype, ...],
@@ -122,6 +135,7 @@ def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[tor
     import hwmodels
     from harness.projection import project
 
+    op, _module = generated_module(spec, interpret=False)
     click.echo("No GPU on this machine: timing needs a GPU (CUDA events on the device; CPU wall-clock "
                "numbers would say nothing about a GPU kernel). Nothing was measured.")
     if target:
@@ -136,7 +150,8 @@ def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[tor
             for dtype in dts:
                 nbytes, flops = meta_costs(spec, shape, dtype)
                 try:
-                    proj = project(nbytes, flops, hw, dtype, grid=rows_of(shape))
+                    proj = project(nbytes, flops, hw, dtype, grid=rows_of(shape),
+                                   math_unit=math_unit(op))
                 except ValueError as exc:  # e.g. a device with no FLOP rate for this dtype
                     click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} {dtype_name(dtype)}: "
                                f"no projection ({exc})")
