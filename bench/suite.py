@@ -200,12 +200,10 @@ def main(argv: list[str] | None = None) -> int:
         spec = load_spec(spec_path)
         units = [(s, torch.bfloat16) for s in cfg["shapes"]]
         units += [(s, d) for s in cfg["extra_dtypes"] for d in (torch.float16, torch.float32)]
-        shapes = list(dict.fromkeys(s for s, _ in units))
-        dtypes = list(dict.fromkeys(d for _, d in units))
         print(f"[{time.time() - t0:6.0f}s] {op}: porting for {hw.name} "
               f"({len(units)} shape x dtype units)", flush=True)
         result = port(spec_path, [hw.name], out / "packs", run_dir=out / "runs" / op,
-                      max_variants=args.max_variants, shapes=shapes, dtypes=dtypes,
+                      max_variants=args.max_variants,
                       units=units, progress=lambda line: print("   ", line, flush=True))
         packed = load_pack(result.pack_path)
         providers: dict[str, Callable[..., Any]] = {"ported": packed, "eager": spec.reference}

@@ -24,6 +24,7 @@ How a file becomes an `OpSpec`:
 from __future__ import annotations
 
 import ast
+import copy
 import logging
 import math
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.problem import Shape
 from porter.errors import SpecError
@@ -64,6 +66,7 @@ class KernelBenchProblem:
     original: tuple[int, ...]
     _modules: dict[tuple[int, ...], ModuleType] = field(default_factory=dict)
     _models: dict[tuple[Any, ...], torch.nn.Module] = field(default_factory=dict)
+    _independent: dict[tuple[Any, ...], bool] = field(default_factory=dict)
     n_inputs: int = 0
 
     def module(self, shape: Shape) -> ModuleType:
@@ -143,17 +146,85 @@ class KernelBenchProblem:
         return torch.func.functional_call(model, dict(zip(names, params)), tuple(inputs))
 
     def _size_independent_model(self) -> torch.nn.Module | None:
-        """A model usable at any sizes, when every size built so far gave the same structure.
+        """A model usable at any sizes, when every size built so far computes the same thing.
 
         Looking the model up by input shape would make a symbolic tracer (codegen's make_fx)
         specialize every size; most level-1 models (activations, softmax, losses) hold nothing
         size-dependent, so the lookup is skipped for them. LayerNorm's normalized_shape is.
+        Models are compared on their parameter shapes and on the plain attributes their
+        forward actually reads (an unused ``self.channels`` that follows the sizes does not
+        make a model size-dependent); a forward that reads a size global is size-dependent.
         """
-        models = [m for k, m in self._models.items() if k[0] == "model"]
-        if not models:
+        built = [(k[1], m) for k, m in self._models.items() if k[0] == "model"]
+        if len(built) < 2:
             return None
-        first = _structure(models[0])
-        return models[0] if all(_structure(m) == first for m in models[1:]) and len(models) > 1 else None
+        key = tuple(shape for shape, _ in built)
+        if key not in self._independent:
+            self._independent[key] = self._same_computation(built)
+        return built[0][1] if self._independent[key] else None
+
+    def _same_computation(self, built: list[tuple[tuple[int, ...], torch.nn.Module]]) -> bool:
+        structures = [_structure(m) for _, m in built]
+        if all(st == structures[0] for st in structures[1:]):
+            return self._reads_no_size_global(built)
+        reads: set[tuple[str, str]] = set()
+        for shape, m in built:
+            got = self._attribute_reads(shape, m)
+            if got is None:
+                return False  # could not observe the forward: stay conservative
+            reads |= got
+        first = _structure(built[0][1], reads)
+        return all(_structure(m, reads) == first for _, m in built[1:]) and \
+            self._reads_no_size_global(built)
+
+    def _reads_no_size_global(self, built: list[tuple[tuple[int, ...], torch.nn.Module]]) -> bool:
+        # The forward of each module re-executed at other sizes sees that execution's globals.
+        sizes = {n.split("[")[0] for n in self.size_names}
+        for _, m in built:
+            for mod in m.modules():
+                fwd = getattr(type(mod).forward, "__code__", None)
+                if fwd is not None and sizes & set(fwd.co_names) and \
+                        not type(mod).__module__.startswith("torch."):
+                    return False
+        return True
+
+    def _attribute_reads(self, shape: tuple[int, ...], model: torch.nn.Module
+                         ) -> set[tuple[str, str]] | None:
+        """(submodule name, attribute) pairs the forward reads, run once on the meta device."""
+        with _disable_current_modes():  # called under make_fx: the probe must not be traced
+            return self._probe_reads(shape, model)
+
+    def _probe_reads(self, shape: tuple[int, ...], model: torch.nn.Module
+                     ) -> set[tuple[str, str]] | None:
+        mod = self.module(shape)
+        try:
+            with torch.device("meta"):
+                raw = list(mod.get_inputs())
+            probe = copy.deepcopy(model).to("meta")
+        except Exception:  # noqa: BLE001 - sampler or model not meta-friendly
+            log.debug("%s: cannot run the forward on meta at %s", self.path, shape)
+            return None
+        reads: set[tuple[str, str]] = set()
+        swapped: list[tuple[torch.nn.Module, type]] = []
+        for name, sub in probe.named_modules():
+            cls = type(sub)
+
+            def getattribute(obj: Any, attr: str, _name: str = name, _cls: type = cls) -> Any:
+                reads.add((_name, attr))
+                return _cls.__getattribute__(obj, attr)
+
+            sub.__class__ = type(cls.__name__, (cls,), {"__getattribute__": getattribute})
+            swapped.append((sub, cls))
+        try:
+            with torch.no_grad():
+                probe(*raw)
+        except Exception:  # noqa: BLE001 - an op without a meta kernel: no answer
+            log.debug("%s: forward on meta failed at %s", self.path, shape)
+            return None
+        finally:
+            for sub, cls in swapped:
+                sub.__class__ = cls
+        return reads
 
     def _find_model(self, inputs: list[Any]) -> torch.nn.Module:
         # Inputs made elsewhere (e.g. a judge's own sizes): try the sizes already built.
@@ -210,13 +281,17 @@ class KernelBenchProblem:
         return sum(x.numel() for x in raw if isinstance(x, torch.Tensor))
 
 
-def _structure(model: torch.nn.Module) -> tuple[Any, ...]:
-    """Plain (non-tensor) attributes of every submodule, plus parameter/buffer shapes."""
+def _structure(model: torch.nn.Module, reads: set[tuple[str, str]] | None = None) -> tuple[Any, ...]:
+    """Plain (non-tensor) attributes of every submodule, plus parameter/buffer shapes.
+
+    With `reads`, only the attributes in it ((submodule name, attribute) pairs) count.
+    """
     skip = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
     out: list[Any] = []
     for name, mod in model.named_modules():
         attrs = sorted((k, repr(v)) for k, v in vars(mod).items()
-                       if k not in skip and not k.startswith("_") and not isinstance(v, torch.Tensor))
+                       if k not in skip and not k.startswith("_") and not isinstance(v, torch.Tensor)
+                       and (reads is None or (name, k) in reads))
         out.append((name, type(mod).__name__, tuple(attrs)))
     out.extend((n, tuple(t.shape)) for n, t in list(model.named_parameters()) + list(model.named_buffers()))
     return tuple(out)
@@ -343,6 +418,7 @@ def load_kernelbench(path: Path) -> OpSpec:
     validate(spec)
     for shape in interpret_shapes:  # so the reference can tell whether sizes change the model
         kb.model(shape)
+    kb._size_independent_model()  # decided now, outside any tracer
     return spec
 
 

@@ -178,7 +178,7 @@ def _knobs(
         preferred["num_stages"] = 3 if hw.vendor == "nvidia" else 2
         note = "compute-bound: tile sizes and pipelining decide; aim for the matrix units"
     else:
-        knobs = ["BLOCK_N", "num_warps", "ROWS_PER_PROGRAM", "num_stages"]
+        knobs = ["BLOCK_N", "num_warps", "ROWS", "num_stages", "strategy"]
         threads = max(hw.warp_size, _pow2_ceil(width) // ELEMS_PER_THREAD)
         warps = max(1, min(16, threads // hw.warp_size))
         preferred["num_warps"] = _pow2_ceil(warps)
@@ -186,7 +186,8 @@ def _knobs(
         note = (f"{bound}-bound: one pass over the row ({width} wide), "
                 f"~{ELEMS_PER_THREAD} elements per thread -> {preferred['num_warps']} warps")
         if bound == "launch":
-            knobs.insert(0, "ROWS_PER_PROGRAM")
+            knobs.remove("ROWS")
+            knobs.insert(0, "ROWS")
             note += "; floor is a few us, so launch overhead dominates: pack rows per program"
     if hw.vendor == "amd":
         knobs.insert(knobs.index("num_warps") + 1, "waves_per_eu")

@@ -183,20 +183,48 @@ def search(
 
 
 def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
-    """Default first, then by distance to the plan's preferred values (earlier knobs weigh more)."""
+    """Default first, then its neighbours, spread over the knobs so a capped list explores.
+
+    Candidates are grouped by how many knobs differ from the default (one-knob changes first).
+    Within a group, the nearest value of each knob comes before the second-nearest of any knob
+    (round robin), knobs in the plan's order; so a cap of 6 tries e.g. fewer rows, fewer warps,
+    more rows, ... rather than six variants of one knob.
+    """
+    default = next((c for c in cands if c.origin == "default"), None)
+    if default is None:
+        return sorted(cands, key=lambda c: _distance(c.config, plan.preferred, plan))
+    base = default.config
+    knob_rank = {k: i for i, k in enumerate(plan.knob_order)}
+
+    def changed(c: Candidate) -> tuple[str, ...]:
+        keys = sorted(set(c.config) | set(base), key=lambda k: (knob_rank.get(k, 99), k))
+        return tuple(k for k in keys if k != "dtype" and c.config.get(k) != base.get(k))
+
+    by_change: dict[tuple[str, ...], list[Candidate]] = {}
+    for c in cands:
+        if c is not default:
+            by_change.setdefault(changed(c), []).append(c)
+    keyed = []
+    for knobs, group in by_change.items():
+        group.sort(key=lambda c: _distance(c.config, {k: base.get(k) for k in knobs}, plan))
+        for i, c in enumerate(group):
+            keyed.append(((len(knobs), i, knob_rank.get(knobs[0], 99) if knobs else 0), c))
+    keyed.sort(key=lambda item: item[0])
+    return [default] + [c for _, c in keyed]
+
+
+def _distance(config: dict[str, Any], want: dict[str, Any], plan: ShapePlan) -> float:
+    """Weighted log2 distance of numeric knobs from `want` (earlier plan knobs weigh more)."""
     weights = {k: len(plan.knob_order) - i for i, k in enumerate(plan.knob_order)}
-
-    def distance(c: Candidate) -> float:
-        d = 0.0
-        for knob, want in plan.preferred.items():
-            have = c.config.get(knob)
-            if have is None or not isinstance(want, (int, float)) or not isinstance(have, (int, float)):
-                continue
-            if have > 0 and want > 0:
-                d += weights.get(knob, 1) * abs(math.log2(have) - math.log2(want))
-        return d
-
-    return sorted(cands, key=lambda c: (c.origin != "default", distance(c)))
+    d = 0.0
+    for knob, target in want.items():
+        have = config.get(knob)
+        if not isinstance(target, (int, float)) or not isinstance(have, (int, float)):
+            d += 0 if have == target else 1
+            continue
+        if have > 0 and target > 0:
+            d += weights.get(knob, 1) * abs(math.log2(have) - math.log2(target))
+    return d
 
 
 def write_candidates(results: dict[str, SearchResult], path: str | Path) -> Path:

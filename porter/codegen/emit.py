@@ -77,6 +77,8 @@ def sym_to_python(expr: Any, symbols: dict[sympy.Symbol, tuple[int, int]]) -> st
     expr = sympy.sympify(expr)
     if expr.is_Integer:
         return str(int(expr))
+    if expr.is_Float and float(expr).is_integer():
+        return str(int(expr))
     if expr.is_Symbol:
         k, d = symbols[expr]
         return f"inputs[{k}].shape[{d}]"
@@ -193,6 +195,9 @@ class Emitter:
         self.memo = {}
 
     def const(self, value: Any) -> str:
+        if isinstance(value, sympy.Basic) and value.is_Number:
+            # a size expression that folded to a number (fixed sizes): print it as one
+            value = int(value) if value.is_Integer else float(value)
         if isinstance(value, bool):
             return ("true" if value else "false") if self.dialect == "metal" else str(value)
         if isinstance(value, (int, float)):
@@ -387,13 +392,15 @@ class Emitter:
         return self.tmp(self._sel(f"{u} == 1.0{f}", x, inner))
 
     def _expm1(self, x: str) -> str:
-        """exp(x) - 1 without cancellation for tiny |x| (Kahan): (u - 1) * x / log(u) with
-        u = exp(x); u == 1 gives x, u == 0 gives -1, u == inf passes through."""
+        """exp(x) - 1 without cancellation for small |x| (Kahan): (u - 1) * x / log(u) with
+        u = exp(x), u == 1 giving x. Only for |x| < 0.5: there is no cancellation beyond
+        it, and far out u is subnormal or inf, where log(u) is no longer close to x."""
         f = "f" if self.dialect == "metal" else ""
         u = self.tmp(self.fn("exp").format(x), "u")
-        exact = self.tmp(f"({u} - 1.0{f}) * ({x} / {self.fn('log').format(u)})")
-        inner = self._sel(f"{u} == {self.const(float('inf'))}", u, exact)
-        inner = self._sel(f"{u} == 0.0{f}", f"-1.0{f}", inner)
+        um1 = self.tmp(f"{u} - 1.0{f}", "u")
+        exact = self.tmp(f"{um1} * ({x} / {self.fn('log').format(u)})")
+        small = f"{self.fn('abs').format(x)} < 0.5{f}"
+        inner = self._sel(small, exact, um1)
         return self.tmp(self._sel(f"{u} == 1.0{f}", x, inner))
 
     def fn(self, name: str) -> str:
@@ -439,6 +446,20 @@ class Emitter:
             for i, o in zip(in_big, out_big, strict=True):
                 c[i] = coords[o]
             return tuple(c)
+        merged = _trailing_merge(out_shape, in_shape)
+        if merged is not None:
+            # Trailing dims merged into one (a flattened row): split that one coordinate only.
+            c = coords[merged]
+            inner = in_shape[merged:]
+            split = []
+            for j, s in enumerate(inner):
+                stride = sympy.Mul(*inner[j + 1:])
+                div = "//" if self.dialect == "triton" else "/"
+                e = c.expr if stride == 1 else f"({c.expr} {div} {self.args.size(stride)})"
+                if j > 0:
+                    e = f"({e} % {self.args.size(s)})"
+                split.append(ZERO if s == 1 else Coord(e, c.col))
+            return tuple(coords[:merged]) + tuple(split)
         # General case: through the row-major linear index (div/mod per element).
         terms = []
         for i, cd in enumerate(coords):
@@ -452,6 +473,16 @@ class Emitter:
             stride = self.args.size(sympy.Mul(*in_shape[j + 1:]))
             out.append(ZERO if s == 1 else Coord(f"({lin} // {stride} % {self.args.size(s)})", col))
         return tuple(out)
+
+
+def _trailing_merge(out_shape: tuple[Any, ...], in_shape: tuple[Any, ...]) -> int | None:
+    """k when `out_shape` is `in_shape` with dims k.. merged into its last dim, else None."""
+    k = len(out_shape) - 1
+    if k < 0 or len(in_shape) <= k or tuple(out_shape[:k]) != tuple(in_shape[:k]):
+        return None
+    if sympy.simplify(out_shape[k] - sympy.Mul(*in_shape[k:])) != 0:
+        return None
+    return k
 
 
 def _and(a: str | None, b: str | None) -> str | None:

@@ -158,7 +158,13 @@ def _cast(o: Node, io: torch.dtype) -> str:
 
 def _store(em: Emitter, args: KernelArgs, j: int, o: Node, coords: tuple[Coord, ...],
            io: torch.dtype) -> None:
-    val = em.eval(o, coords)
+    if o.op == "reshape" and len(coords) != o.rank:
+        # a flattened row split back into its dims (multi-dim layer norm): value at the row's
+        # coordinates, address through the split ones
+        val = em.eval(o.args[0], coords)
+        coords = em.reshape_coords(coords, o.args[0].shape, o.shape)
+    else:
+        val = em.eval(o, coords)
     args.output_ptr(j)
     terms = [f"{c.expr} * {args.output_stride(j, d)}"
              for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))

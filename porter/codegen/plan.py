@@ -54,6 +54,13 @@ def _eq(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
     return len(a) == len(b) and all(sympy.simplify(x - y) == 0 for x, y in zip(a, b, strict=True))
 
 
+def unflattens(o: Node, space: tuple[Any, ...]) -> bool:
+    """True when output `o` is a reshape of an iteration-space value (a flattened row split
+    back into its dims, as multi-dim layer norm produces): it is stored element for element."""
+    return (o.op == "reshape" and isinstance(o.args[0], Node) and _eq(o.args[0].shape, space)
+            and o.rank > len(space))
+
+
 def row_plan(g: Graph) -> RowPlan:
     """Pick the iteration space and reduction dim; split reductions into main and post.
 
@@ -98,7 +105,7 @@ def row_plan(g: Graph) -> RowPlan:
                 r.origin, f"reduction over dims {list(r.attrs['dims'])} of shape {list(x.shape)} "
                 f"does not match the row space {list(space)} reduced along dim {dim}")
     for o in g.outputs:
-        if _eq(o.shape, space):
+        if _eq(o.shape, space) or unflattens(o, space):
             plan.out_kind.append("full")
         elif _eq(o.shape, row_shape) or (reds and _eq(o.shape, keep_shape)):
             plan.out_kind.append("row" if reds else "full")

@@ -15,6 +15,7 @@ from porter.codegen.emit import KernelArgs
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
 from porter.codegen.plan import RowPlan
+from porter.codegen.plan import unflattens
 
 IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 COMBINE = {"sum": "{a} + {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
@@ -83,6 +84,24 @@ def _online_pairs(plan: RowPlan) -> dict[int, Node]:
     return pairs
 
 
+def _ssq_pairs(plan: RowPlan) -> dict[int, Node]:
+    """max|x| reduction id -> the sum of (|x| / max)^2 scaled by it (the robust 2-norm)."""
+    pairs: dict[int, Node] = {}
+    for s in plan.main:
+        mid = s.attrs.get("scaled_by")
+        m = next((r for r in plan.main if r.id == mid), None)
+        if m is None or s.attrs["kind"] != "sum" or m.attrs["kind"] != "max":
+            continue
+        sq = s.args[0]  # mul(q, q), q = div(a, m), a = abs(x) = m's argument
+        q = sq.args[0] if sq.op == "pw" and sq.attrs["fn"] == "mul" else None
+        if q is None or sq.args[1] is not q or q.op != "pw" or q.attrs["fn"] != "div" or \
+                q.args[0] is not m.args[0] or q.args[1] is not m:
+            continue
+        if plan.main.index(m) == plan.main.index(s) - 1:
+            pairs[m.id] = s
+    return pairs
+
+
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     """Emit the kernel bodies; registers every argument they use in `args`."""
     coord_lines, rc = _row_coords(plan, args)
@@ -101,7 +120,13 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             if kind not in kinds:
                 continue
             coords = full if kind == "full" else _coords_for(plan, o, rc)
-            val = em.eval(o, coords)
+            if kind == "full" and unflattens(o, plan.space):
+                # Evaluate the row value at the row's own coordinates (shared with the
+                # reductions, so nothing is loaded twice); split them only for the address.
+                val = em.eval(o.args[0], coords)
+                coords = em.reshape_coords(coords, plan.space, o.shape)
+            else:
+                val = em.eval(o, coords)
             ptr = args.output_ptr(j)
             terms = [f"({c.expr} * {args.output_stride(j, d, c.col)})"
                      for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
@@ -140,11 +165,37 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     loop_head = ["for start in range(0, n_cols, BLOCK_N):",
                  "    cols = start + tl.arange(0, BLOCK_N)[None, :]",
                  "    mask = row_mask & (cols < n_cols)"]
+    ssq = _ssq_pairs(plan)
+    paired_sums |= {s.id for s in ssq.values()}
     online: list[tuple[int, int]] = []
     for r in plan.main:
         if r.id in paired_sums:
             continue
         kind = r.attrs["kind"]
+        if r.id in ssq:
+            # max |x| and sum((|x| / max)^2) in one pass: rescale the sum when the max grows.
+            s = ssq[r.id]
+            em.emit("m_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+            em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+            for line in loop_head:
+                em.emit(line)
+            em.indent += 1
+            em.reset()
+            av = em.eval(r.args[0], full)
+            em.emit(f"a = tl.where(mask, {av}, 0.0)")
+            em.emit("m_new = tl.maximum(m_acc, a)")
+            em.emit("ratio = tl.where(m_new > 0, m_acc / m_new, 0.0)")
+            em.emit("q = tl.where(m_new > 0, a / m_new, 0.0)")
+            em.emit("s_acc = s_acc * ratio * ratio + q * q")
+            em.emit("m_acc = m_new")
+            em.indent -= 1
+            em.reset()
+            red_m = em.tmp("tl.max(m_acc, axis=1)[:, None]", "red")
+            em.reduced[r.id] = red_m
+            ratio = em.tmp(f"tl.where({red_m} > 0, m_acc / {red_m}, 0.0)", "ratio")
+            em.reduced[s.id] = em.tmp(f"tl.sum(s_acc * {ratio} * {ratio}, axis=1)[:, None]",
+                                      "red")
+            continue
         if r.id in pairs:
             s = pairs[r.id]
             online.append((r.id, s.id))

@@ -123,11 +123,38 @@ class _Lowering:
         mu = self.mean(x, dims, True, origin)
         xc = self.pw("sub", x, mu, like=x, origin=origin)
         ss = self.reduce("sum", self.pw("mul", xc, xc, like=x), dims, keepdim, origin)
-        v = self.pw("div", ss, self.numel(x, dims) - correction, like=ss, origin=origin)
+        # An integral correction stays an integer size expression (0.0 would make it a Float).
+        corr = int(correction) if float(correction).is_integer() else correction
+        v = self.pw("div", ss, self.numel(x, dims) - corr, like=ss, origin=origin)
         if not keepdim:
             mu = self.g.add("squeeze", (mu,), v.shape, mu.dtype, origin,
                             dims=tuple(d % x.rank for d in dims))
         return v, mu
+
+    def scaled_norm2(self, x: Node, dim: int, keepdim: bool, origin: str) -> Node:
+        """||x||_2 along `dim` as m * sqrt(sum((x / m)^2)), m = max |x| (the BLAS nrm2 way).
+
+        The plain sum of squares underflows to 0 for rows near the smallest normal (and
+        overflows past ~1e19), so x / ||x|| gave inf/NaN where float64 is finite. The row is
+        already on chip: the max is one more in-register reduction, and the looped kernel
+        folds both into one pass (`rowwise` pairs them, rescaling as the max grows).
+        """
+        a = self.pw("abs", x, like=x, origin=origin)
+        m = self.reduce("max", a, [dim], True, origin)
+        q = self.pw("div", a, m, like=x, origin=origin)
+        s = self.reduce("sum", self.pw("mul", q, q, like=x, origin=origin), [dim], keepdim,
+                        origin)
+        s.attrs["scaled_by"] = m.id  # lets the looped kernel fuse the pair (see rowwise)
+        mo = m
+        if not keepdim:
+            mo = self.g.add("squeeze", (m,), s.shape, m.dtype, origin, dims=(dim % x.rank,))
+        norm = self.pw("mul", mo, self.pw("sqrt", s, like=s, origin=origin), like=s,
+                       origin=origin)
+        # max |x| == 0: the norm is 0 (not 0 * sqrt(NaN)); == inf: inf (not inf * NaN).
+        special = self.pw("or", self.pw("eq", mo, 0.0, like=torch.bool, origin=origin),
+                          self.pw("eq", mo, math.inf, like=torch.bool, origin=origin),
+                          like=torch.bool, origin=origin)
+        return self.pw("where", special, mo, norm, like=s, origin=origin)
 
     # -- the walk ----------------------------------------------------------------------------
     def run(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Graph:
@@ -313,6 +340,8 @@ class _Lowering:
             dims = args[2] if len(args) > 2 else kw.get("dim")
             keep = bool(args[3] if len(args) > 3 else kw.get("keepdim", False))
             dims = list(dims) if dims else []
+            if ordv == 2 and len(dims) == 1 and x.rank > 1:
+                return self.scaled_norm2(x, dims[0], keep, origin)
             if ordv == 2:
                 s = self.reduce("sum", self.pw("mul", x, x, like=x), dims, keep, origin)
                 return self.pw("sqrt", s, like=s, origin=origin)
@@ -326,8 +355,16 @@ class _Lowering:
             return out if out.dtype == val.dtype else self.pw("cast", out, like=val.dtype)
         if name == "native_layer_norm":
             norm_shape, w, b, eps = args[1], args[2], args[3], args[4]
-            if len(norm_shape) != 1:
-                raise UnsupportedOpError(origin, "layer norm over more than one dim is not covered")
+            k = len(norm_shape)
+            shape = x.shape
+            if k > 1:
+                # Normalize over one flattened row: the rowwise template reduces one dim.
+                # (The emitter maps the merged column back to the k dims by div/mod, so any
+                # strides work; weight/bias are flattened the same way.)
+                flat = (*shape[:-k], sympy.Mul(*shape[-k:]))
+                x = self.g.add("reshape", (x,), flat, x.dtype, origin)
+                w = None if w is None else self.g.add("reshape", (w,), flat[-1:], w.dtype, origin)
+                b = None if b is None else self.g.add("reshape", (b,), flat[-1:], b.dtype, origin)
             v, mu = self.var(x, [-1], 0.0, True, origin)
             rstd = self.pw("rsqrt", self.pw("add", v, eps, like=v), like=v, origin=origin)
             y = self.pw("mul", self.pw("sub", x, mu, like=x), rstd, like=x, origin=origin)
@@ -335,6 +372,11 @@ class _Lowering:
                 y = self.pw("mul", y, w, like=x, origin=origin)
             if b is not None:
                 y = self.pw("add", y, b, like=x, origin=origin)
+            if k > 1:
+                stat = (*shape[:-k], *([1] * k))
+                y = self.g.add("reshape", (y,), shape, y.dtype, origin)
+                mu = self.g.add("reshape", (mu,), stat, mu.dtype, origin)
+                rstd = self.g.add("reshape", (rstd,), stat, rstd.dtype, origin)
             return (y, mu, rstd)
         if name == "expand":
             return self.g.add("expand", (x,), _shape(val), val.dtype, origin)

@@ -78,6 +78,8 @@ def fake(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "synchronize", f.synchronize)
+    # the device-side head start before each timed region is a no-op on the fake device
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: None, raising=False)
     monkeypatch.setattr(torch.cuda, "Event", _Event)
     monkeypatch.setattr(torch.cuda, "Stream", _Stream)
     monkeypatch.setattr(torch.cuda, "current_stream", lambda: _Stream())

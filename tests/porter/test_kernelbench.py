@@ -210,3 +210,55 @@ def test_kernelbench_file_without_get_inputs(tmp_path: Path) -> None:
     with pytest.raises(SpecError) as info:
         load_spec(p)
     assert str(p) in str(info.value) and "get_inputs" in str(info.value)
+
+
+def test_unused_size_attribute_keeps_the_model_size_generic() -> None:
+    # 16_RMSNorm stores `self.channels = features` and never reads it: the generated kernel
+    # must not bake in the first traced sizes.
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "1"
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    spec = load_spec(KB_DIR / "16_RMSNorm.py")
+    kb = kernelbench_problem(spec)
+    assert kb._size_independent_model() is not None
+    big, small = spec.interpret_shapes[0], spec.interpret_shapes[-1]
+    assert big != small
+    gen = torch.Generator().manual_seed(0)
+    ex = spec.make_inputs(small, torch.float32, torch.device("cpu"), gen)
+    op = generate(spec.reference, ex, name="kb_rms_generic")
+    mod = load_generated_module(op.triton_module_source(), "kb_rms_generic", interpret=True)
+    args = spec.make_inputs(big, torch.float32, torch.device("cpu"), gen)
+    torch.testing.assert_close(mod.launch(*args), spec.reference(*args), atol=1e-5, rtol=1e-5)
+
+
+def _write_scaled(tmp_path: Path, body: str) -> Path:
+    p = tmp_path / "1_Scaled.py"
+    p.write_text(
+        "import torch\n"
+        "class Model(torch.nn.Module):\n"
+        "    def __init__(self, n):\n"
+        "        super().__init__()\n"
+        "        self.n = n\n"
+        "    def forward(self, x):\n"
+        f"        return {body}\n"
+        "rows = 64\n"
+        "cols = 4096\n"
+        "def get_inputs():\n"
+        "    return [torch.randn(rows, cols)]\n"
+        "def get_init_inputs():\n"
+        "    return [cols]\n"
+    )
+    return p
+
+
+@pytest.mark.parametrize("body", ["x * self.n", "x * cols"])
+def test_size_attribute_or_global_read_by_forward_is_size_dependent(tmp_path: Path, body: str) -> None:
+    spec = load_spec(_write_scaled(tmp_path, body))
+    kb = kernelbench_problem(spec)
+    assert kb._size_independent_model() is None
+    for shape in spec.interpret_shapes:
+        (x,) = spec.make_inputs(shape, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+        torch.testing.assert_close(spec.reference(x), x * shape[1])
