@@ -97,6 +97,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for r in rows:
         by_key.setdefault((r["op"], tuple(r["shape"]), r["dtype"]), {})[r["provider"]] = r
     table = []
+    refs = [f"{r['op']} {'x'.join(map(str, r['shape']))} {r['dtype']}: {r['pack_runs']}"
+            for r in rows if r["provider"] == "ported" and r.get("pack_runs", "kernel") != "kernel"]
     sp_compile, sp_liger, worst_vs_liger, big_misses, small_losses = [], [], [], [], []
     for (op, shape, dtype), prov in by_key.items():
         ours = prov.get("ported")
@@ -129,7 +131,9 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         def f(x: float | None, spec: str = ".2f") -> str:
             return "-" if x is None else format(x, spec)
 
-        table.append([op, "x".join(map(str, shape)), dtype, f(ours["median_ms"], ".4f"),
+        runs = ours.get("pack_runs", "kernel")
+        table.append([op + ("" if runs == "kernel" else " (ref)"), "x".join(map(str, shape)),
+                      dtype, f(ours["median_ms"], ".4f"),
                       f(ours["gbps"] if is_mem else ours["tflops"], ".0f"),
                       f(ours["pct_measured_peak"], ".1f"), f(ours["pct_datasheet_peak"], ".1f"),
                       f(s_eager), f(s_comp), f(s_liger)])
@@ -153,6 +157,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                      "target: never more than 3% behind, i.e. >= 0.97x)")
     lines.append("- memory-bound rows >= 64 MB under 90% of measured copy bandwidth: " +
                  ("none" if not big_misses else "; ".join(big_misses)))
+    lines.append("- rows where the pack runs the reference op instead of a kernel (marked (ref)): "
+                 + ("none" if not refs else "; ".join(refs)))
     lines.append("- rows under 32 MB slower than some baseline: " +
                  ("none" if not small_losses else "; ".join(small_losses)))
     return "\n".join(lines) + "\n"
@@ -165,6 +171,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=50, help="timed repetitions per provider")
     ap.add_argument("--max-variants", type=int, default=6, help="port search cap per bucket")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baseline")
+    ap.add_argument("--graph", action="store_true",
+                    help="CUDA-graph timing (launch-inclusive, LLC flushed only between replays); "
+                         "default: events with a device-side head start and a flush every rep")
     args = ap.parse_args(argv)
 
     import torch
@@ -187,8 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"device": det.device_name, "hw_model": hw.name,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "versions": env_info.versions(), "git_rev": env_info.git_rev(REPO),
-            "method": f"harness.bench_op: interleaved providers, CUDA events, L2 flushed "
-                      f"(2x LLC buffer), median of {args.reps} reps, random normal inputs",
+            "method": f"harness.bench_op: providers interleaved in one process, "
+                      f"{'CUDA graphs' if args.graph else 'CUDA events with a device-side head start (host launch overhead excluded for all providers)'}, "
+                      f"LLC flushed every repetition (buffer 2x LLC), median of {args.reps} reps, "
+                      "random normal inputs; our kernels loaded from the pack `porter port` wrote "
+                      "on this device",
             "liger": _liger_version()}
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
     rows_path = out / "rows.jsonl"
@@ -215,12 +227,20 @@ def main(argv: list[str] | None = None) -> int:
         baselines = [p for p in providers if p != "ported"]
         problem = spec.problem()
         for shape, dtype in units:
+            probe = problem.make_inputs(shape, dtype, torch.device("cuda"), torch.Generator("cuda"))
+            choice = packed.choose(*probe)
+            prefer = ((choice.bucket or {}).get("numbers") or {}).get("prefer_reference")
+            runs = "reference (pack: eager measured faster)" if prefer else (
+                "kernel" if choice.runs_kernel else f"reference (fallback: {choice.reason})")
+            del probe
             rows = bench_op(problem, providers, hw=hw, shapes=[shape], dtypes=[dtype],
-                            reps=args.reps, baselines=baselines)
+                            reps=args.reps, baselines=baselines, graph=bool(args.graph))
             print(format_table(rows), flush=True)
             with rows_path.open("a") as fh:
                 for r in rows:
                     d = row_dict(r)
+                    if r.provider == "ported":
+                        d["pack_runs"] = runs
                     all_rows.append(d)
                     fh.write(json.dumps(d) + "\n")
         torch.compiler.reset()

@@ -127,6 +127,23 @@ def _import_file(path: Path, name: str) -> ModuleType:
     return module
 
 
+class _ReferenceModule:
+    """The reference op behind a generated module's `launch` interface (out contract)."""
+
+    def __init__(self, reference: Any) -> None:
+        self.reference = reference
+
+    def launch(self, *inputs: Any, out: Any = None, config: Any = None) -> Any:
+        result = self.reference(*inputs)
+        if out is None:
+            return result
+        if isinstance(out, torch.Tensor):
+            return out.copy_(result)
+        for o, r in zip(out, result, strict=True):
+            o.copy_(r)
+        return out
+
+
 class PackedOp:
     """A packed op: call it like the reference; `describe()` says what would run."""
 
@@ -273,6 +290,16 @@ class PackedOp:
                 return out
             return result
         assert choice.bucket is not None
+        prefer = (choice.bucket.get("numbers") or {}).get("prefer_reference")
+        if prefer and not choice.interpret:
+            # Measured on this device when the pack was made: the reference op was faster for
+            # this bucket, so the pack runs it (said once, and in the manifest).
+            self._log_once(f"prefer:{choice.bucket['bucket']}", "%s %s/%s: running the "
+                           "reference op: %s", self.op, choice.bucket["bucket"],
+                           choice.bucket["dtype"], prefer)
+            if key is not None:
+                self._resolved[key] = (_ReferenceModule(self.reference), None)
+            return _ReferenceModule(self.reference).launch(*inputs, out=out)
         if choice.interpret:
             self._log_once("interp", "%s: running the %s kernel under the Triton INTERPRETER on "
                            "CPU: correct, but not fast (a GPU runs it for real)",

@@ -34,7 +34,9 @@ ZERO = Coord("0")
 
 # Triton spelling of each IR pointwise function (arguments already fp32/int/bool values).
 TRITON_FN = {
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "({0} / {1})",
+    # div: IEEE round-to-nearest, as PyTorch does; plain `/` is an approximate (2 ulp) division on
+    # NVIDIA, which breaks e.g. layernorm of a constant row (sum/n != x exactly -> x - mean != 0).
+    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "tl.math.div_rn(tl.cast({0}, tl.float32), tl.cast({1}, tl.float32))",
     "neg": "(-{0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
     # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
@@ -53,6 +55,7 @@ TRITON_FN = {
 }
 METAL_FN = {
     **{k: v for k, v in TRITON_FN.items() if v.startswith("(")},
+    "div": "({0} / {1})",  # Metal's float division is IEEE-correct by default (no fast-math)
     "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})",
     "erf": "porter_erf({0})", "sigmoid": "(1.0f / (1.0f + exp(-{0})))",
     "tanh": "precise::tanh({0})", "abs": "fabs({0})", "reciprocal": "(1.0f / {0})",

@@ -196,7 +196,10 @@ def test_fresh_inputs_and_float64_reference_from_the_same_inputs(small: Problem)
     problem = dataclasses.replace(small, reference=reference, dtypes=(torch.float16,))
     report = harness.check(problem, candidate, stages=["determinism", "odd_sizes"])
     assert report.passed, report.summary()
-    assert set(ref_dtypes) == {torch.float64}
+    # the reference the output is compared with runs in float64; one more call in the inputs'
+    # own dtype gives eager PyTorch's error (the floor on ill-conditioned inputs only)
+    assert set(ref_dtypes) == {torch.float64, torch.float16}
+    assert ref_dtypes.count(torch.float64) == ref_dtypes.count(torch.float16)
     assert all(t.dtype == torch.float16 for t in seen_inputs)
     # determinism reuses one input 3 times; odd sizes draws fresh ones each trial
     assert torch.equal(seen_inputs[0], seen_inputs[1])
@@ -303,3 +306,31 @@ def test_outcome_is_recorded_in_the_store(kernels: Any, small: Problem, tmp_path
         (rec,) = store.history("selftest_softmax")
     assert rec.tier == "interpreted" and not rec.passed and rec.variant == "softmax_bias"
     assert rec.metrics["caught_by"] == "smoke" and "max rel err" in rec.message
+
+
+def test_ill_conditioned_input_is_held_to_eager_error_not_below_it():
+    """A near-zero-variance layer norm in fp32: PyTorch's own fp32 result misses the fp32 policy
+    against float64; a candidate as good as eager passes, one 10x worse than eager fails."""
+    import torch.nn.functional as F
+
+    from harness import check as check_mod
+    from harness.problem import Problem
+
+    def ref(x):
+        return F.layer_norm(x, (x.shape[-1],), eps=1e-5)
+
+    x = 1000.0 + 1e-3 * torch.randn(4, 257, dtype=torch.float64)
+    x32 = x.float()
+    exact = ref(x)
+    eager = ref(x32)
+    problem = Problem(name="ln", reference=ref, make_inputs=lambda *a: (x32,), smoke_shape=(4, 257),
+                      sweep_shapes=[(4, 257)])
+    ctx = check_mod._Ctx(problem=problem, candidate=None, device=torch.device("cpu"),
+                         interpreted=False, hw=None, uses_matrix_units=False,
+                         ref_dtype_default=torch.float64)
+    assert not torch.allclose(eager.double(), exact, atol=1e-5, rtol=1e-5)  # eager misses policy
+    check_mod._compare(ctx, eager.clone(), exact, 0, "as good as eager", native=eager)
+    assert ctx.native_floor_used
+    worse = (exact + 10 * (eager.double() - exact)).float()
+    with pytest.raises(check_mod._Fail):
+        check_mod._compare(ctx, worse, exact, 0, "10x worse than eager", native=eager)
