@@ -143,7 +143,20 @@ class KernelBenchProblem:
         names = [name for name, _ in list(model.named_parameters()) + list(model.named_buffers())]
         if len(names) != len(params):
             raise SpecError(self.path, f"reference got {len(params)} parameter tensor(s), the model has {len(names)}")
-        return torch.func.functional_call(model, dict(zip(names, params)), tuple(inputs))
+        by_name = dict(zip(names, params))
+        # Attributes that are a parameter's shape (LayerNorm's normalized_shape is its weight's)
+        # are read from the tensors passed in: a symbolic trace then keeps them symbolic, and
+        # one model serves every size.
+        saved = []
+        try:
+            for mod_name, attr, pname in _shape_attrs(model):
+                sub = model.get_submodule(mod_name)
+                saved.append((sub, attr, getattr(sub, attr)))
+                setattr(sub, attr, tuple(by_name[pname].shape))
+            return torch.func.functional_call(model, by_name, tuple(inputs))
+        finally:
+            for sub, attr, value in reversed(saved):
+                setattr(sub, attr, value)
 
     def _size_independent_model(self) -> torch.nn.Module | None:
         """A model usable at any sizes, when every size built so far computes the same thing.
@@ -287,14 +300,39 @@ def _structure(model: torch.nn.Module, reads: set[tuple[str, str]] | None = None
     With `reads`, only the attributes in it ((submodule name, attribute) pairs) count.
     """
     skip = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
+    follows = {(m, a): p for m, a, p in _shape_attrs(model)}
     out: list[Any] = []
     for name, mod in model.named_modules():
-        attrs = sorted((k, repr(v)) for k, v in vars(mod).items()
+        attrs = sorted((k, f"<shape of {follows[name, k]}>" if (name, k) in follows else repr(v))
+                       for k, v in vars(mod).items()
                        if k not in skip and not k.startswith("_") and not isinstance(v, torch.Tensor)
                        and (reads is None or (name, k) in reads))
         out.append((name, type(mod).__name__, tuple(attrs)))
-    out.extend((n, tuple(t.shape)) for n, t in list(model.named_parameters()) + list(model.named_buffers()))
+    # Parameters are inputs of the reference (their sizes are traced symbolically): only their
+    # names, ranks and dtypes describe the computation, not their sizes.
+    out.extend((n, t.dim(), t.dtype) for n, t in list(model.named_parameters()) + list(model.named_buffers()))
     return tuple(out)
+
+
+def _shape_attrs(model: torch.nn.Module) -> list[tuple[str, str, str]]:
+    """(submodule, attribute, parameter) for tuple attributes equal to an own parameter's shape.
+
+    LayerNorm keeps ``normalized_shape == weight.shape``: such an attribute follows the sizes
+    only through that parameter, which the reference receives as an input, so it is rebound
+    from the passed tensor rather than baked in (see `KernelBenchProblem.reference`).
+    """
+    out = []
+    for name, mod in model.named_modules():
+        own = list(mod.named_parameters(recurse=False)) + list(mod.named_buffers(recurse=False))
+        for k, v in vars(mod).items():
+            if k.startswith("_") or not isinstance(v, tuple) or not v or \
+                    not all(isinstance(d, int) for d in v):
+                continue
+            for pname, t in own:
+                if tuple(t.shape) == v:
+                    out.append((name, k, f"{name}.{pname}" if name else pname))
+                    break
+    return out
 
 
 def _keep_parity(target: int, original: int) -> int:

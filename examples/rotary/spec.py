@@ -39,7 +39,9 @@ def make_inputs(shape, dtype, device, generator):
     tokens, heads, head_dim = shape
     x = torch.randn(tokens, heads, head_dim, generator=generator, device=device).to(dtype)
     # Random starting position so every trial sees different angles, as in decoding.
-    start = int(torch.randint(0, 4096, (1,), generator=generator, device=device).item())
+    # Drawn on the generator's own device: make_inputs is also called with device="meta" (to
+    # size a problem without allocating), where .item() has no value to read.
+    start = int(torch.randint(0, 4096, (1,), generator=generator, device=generator.device).item())
     cos, sin = rotary_cos_sin(start + tokens, head_dim)
     return (x, cos[start:].to(device=device, dtype=dtype), sin[start:].to(device=device, dtype=dtype))
 

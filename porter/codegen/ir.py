@@ -68,6 +68,10 @@ class Graph:
     scalar_args: dict[int, Any] = field(default_factory=dict)  # argument index -> baked value
     symbols: dict[sympy.Symbol, tuple[int, int]] = field(default_factory=dict)  # -> (input, dim)
     tuple_output: bool = False
+    # Output dtypes by input dtypes, probed from the reference (porter.codegen.dtypes): a table
+    # keyed by each argument's dtype, and a per-output rule for keys it lacks.
+    out_dtype_table: dict[tuple[Any, ...], tuple[torch.dtype, ...]] = field(default_factory=dict)
+    out_dtype_rules: list[tuple[Any, ...]] = field(default_factory=list)
 
     def add(self, op: str, args: tuple[Any, ...], shape: tuple[Any, ...], dtype: torch.dtype,
             origin: str = "", **attrs: Any) -> Node:

@@ -17,6 +17,7 @@ import jinja2
 import sympy
 import torch
 
+from porter.codegen import dtypes
 from porter.codegen import heuristics
 from porter.codegen import rowwise
 from porter.codegen import variants
@@ -102,10 +103,12 @@ class GeneratedOp:
     def output_spec(self, inputs: Sequence[Any]) -> list[tuple[tuple[int, ...], torch.dtype]]:
         """(shape, dtype) of each output for these inputs (from the symbolic sizes)."""
         subs = self._subs(inputs)
+        out_dtypes = dtypes.resolve_out_dtypes(inputs, self.graph.out_dtype_table,
+                                                self.graph.out_dtype_rules)
         specs = []
-        for o in self.graph.outputs:
+        for o, dt in zip(self.graph.outputs, out_dtypes, strict=True):
             shape = tuple(int(sympy.sympify(s).subs(subs)) for s in o.shape)
-            specs.append((shape, _out_dtype(o, self.graph, inputs)))
+            specs.append((shape, dt))
         return specs
 
     def _subs(self, inputs: Sequence[Any]) -> dict[sympy.Symbol, int]:
@@ -227,13 +230,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> An
     return config[name]
 
 
-def _out_dtype(o: Node, g: Graph, inputs: Sequence[Any]) -> torch.dtype:
-    """Output dtype follows the first input whose traced dtype it had, else stays fixed."""
-    k = _dtype_source(o, g)
-    return inputs[k].dtype if k is not None else o.dtype
-
-
 def _dtype_source(o: Node, g: Graph) -> int | None:
+    """The first input whose traced dtype a floating output had (the trace-only guess)."""
     for inp in g.inputs:
         if inp is not None and inp.dtype == o.dtype and o.dtype.is_floating_point:
             return inp.attrs["index"]
@@ -241,18 +239,28 @@ def _dtype_source(o: Node, g: Graph) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------
+def _out_dtypes(reference: Callable[..., Any], g: Graph, ex: Sequence[Any]
+                ) -> tuple[dict[tuple[Any, ...], tuple[torch.dtype, ...]], list[tuple[Any, ...]]]:
+    """(table, rules) for the launcher's output dtypes; see porter.codegen.dtypes."""
+    table = {k: v for k, v in dtypes.probe(reference, ex).items() if len(v) == len(g.outputs)}
+    traced = [o.dtype for o in g.outputs]
+    return table, dtypes.rules(table, ex, traced, [_dtype_source(o, g) for o in g.outputs])
+
+
 def _common_ctx(name: str, family: str, g: Graph, fusion: FusionReport, args: KernelArgs
                 ) -> dict[str, Any]:
     specs = []
-    for o in g.outputs:
+    for j, o in enumerate(g.outputs):
         shape = [sym_to_python(s, g.symbols) for s in o.shape]
-        k = _dtype_source(o, g)
-        specs.append((shape, f"inputs[{k}].dtype" if k is not None else str(o.dtype)))
+        specs.append((shape, f"out_dtypes[{j}]"))
+    table, rules = g.out_dtype_table, g.out_dtype_rules
     first = next(i for i, x in enumerate(g.inputs) if x is not None)
     op = {"name": name, "family": family, "fused_ops": list(fusion.ops) or ["(none)"],
           "n_args": len(g.inputs), "tuple_output": g.tuple_output, "first_tensor": first,
           "scalar_args": sorted((i, repr(v)) for i, v in g.scalar_args.items()),
-          "out_specs": specs}
+          "out_specs": specs, "dtype_table": dtypes.table_source(table),
+          "dtype_rules": dtypes.rules_source(rules),
+          "resolve_source": inspect.getsource(dtypes.resolve_out_dtypes)}
     return {"op": op, "kname": "_" + _safe(name), "params": args.declared(),
             "launch_exprs": args.launch_exprs}
 
@@ -279,6 +287,7 @@ def generate(reference: Callable[..., Any], example_inputs: Sequence[Any], *,
     if not any(isinstance(x, torch.Tensor) for x in example_inputs):
         raise UnsupportedOpError("inputs", "the reference takes no tensor")
     g = trace(reference, example_inputs)
+    g.out_dtype_table, g.out_dtype_rules = _out_dtypes(reference, g, example_inputs)
     family = classify(g)
     subs = {s: int(example_inputs[k].shape[d]) for s, (k, d) in g.symbols.items()}
     args = KernelArgs(g.symbols)

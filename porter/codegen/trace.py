@@ -407,6 +407,25 @@ class _Lowering:
                 start = x.shape[dim] + start
             return self.g.add("slice", (x,), _shape(val), val.dtype, origin, dim=dim,
                               start=sympy.sympify(start), step=step)
+        if name in ("split", "split_with_sizes", "unbind"):
+            # Each piece is a slice of x (index arithmetic, no copy): chunk/split/unbind fuse
+            # into the consumer like any other view, and a later cat stitches them back.
+            # unbind(x, dim); split(x, size, dim); split_with_sizes(x, sizes, dim)
+            at = 1 if name == "unbind" else 2
+            dim = (args[at] if len(args) > at else kw.get("dim", 0)) % x.rank
+            pieces = []
+            start: Any = sympy.Integer(0)
+            for piece in val:
+                size = _expr(piece.shape[dim]) if name != "unbind" else sympy.Integer(1)
+                sl_shape = tuple(size if i == dim else s for i, s in enumerate(x.shape))
+                sl = self.g.add("slice", (x,), sl_shape, piece.dtype, origin, dim=dim,
+                                start=sympy.sympify(start), step=1)
+                if name == "unbind":
+                    sl = self.g.add("squeeze", (sl,), _shape(piece), piece.dtype, origin,
+                                    dims=(dim,))
+                pieces.append(sl)
+                start = start + size
+            return pieces
         if name == "cat":
             parts = [p for p in args[0] if isinstance(p, Node)]
             dim = (args[1] if len(args) > 1 else 0) % parts[0].rank

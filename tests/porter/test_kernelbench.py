@@ -262,3 +262,32 @@ def test_size_attribute_or_global_read_by_forward_is_size_dependent(tmp_path: Pa
     for shape in spec.interpret_shapes:
         (x,) = spec.make_inputs(shape, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
         torch.testing.assert_close(spec.reference(x), x * shape[1])
+
+
+def test_layernorm_kernel_serves_every_size() -> None:
+    # nn.LayerNorm's normalized_shape follows the sizes only through its weight (an input of
+    # the reference), so one symbolic kernel must serve both interpreter sizes; before, the
+    # trace baked in the first size and the sweep failed on the second.
+    import os
+
+    os.environ["TRITON_INTERPRET"] = "1"
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    spec = load_spec(KB_DIR / "18_LayerNorm.py")
+    kb = kernelbench_problem(spec)
+    assert kb._size_independent_model() is not None
+    big, small = spec.interpret_shapes[0], spec.interpret_shapes[-1]
+    assert big != small
+    gen = torch.Generator().manual_seed(0)
+    ex = spec.make_inputs(small, torch.float32, torch.device("cpu"), gen)
+    op = generate(spec.reference, ex, name="kb_ln_generic")
+    mod = load_generated_module(op.triton_module_source(), "kb_ln_generic", interpret=True)
+    for shape in (small, big):
+        args = spec.make_inputs(shape, torch.float32, torch.device("cpu"), gen)
+        x, w, b = (a.double() for a in args)
+        want = torch.nn.functional.layer_norm(x, tuple(x.shape[1:]), w, b, 1e-5)
+        assert mod.launch(*args).shape == want.shape
+        torch.testing.assert_close(mod.launch(*args).double(), want, atol=1e-5, rtol=1e-5)
+    # the normalized_shape attribute is restored after each call
+    assert kb.model(small).norm.normalized_shape == tuple(small[1:])
