@@ -19,6 +19,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING
 from typing import Any
 
+from targets import isolated
 from targets import occupancy as occupancy_mod
 from targets.base import CompileError
 from targets.base import CompileReport
@@ -145,6 +146,20 @@ def build_source(kernel: KernelRef) -> Any:
     """
     from triton.compiler import ASTSource
 
+    signature, attrs = source_signature(kernel)
+    return ASTSource(fn=kernel.fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs)
+
+
+def source_signature(kernel: KernelRef) -> tuple[dict[str, str], dict[tuple[int, ...], list[list[Any]]]]:
+    """The ASTSource signature and hint attrs for `kernel`, checked against its arguments.
+
+    Needs only the function's `arg_names`, so it also checks a kernel that was decorated under
+    the interpreter (before it is compiled in a clean process).
+
+    Raises:
+        CompileError: when the kernel is not a @triton.jit function or an argument has no
+            type/value, or a type/value names an argument the kernel does not have.
+    """
     fn = kernel.fn
     arg_names = getattr(fn, "arg_names", None)
     if arg_names is None:
@@ -178,7 +193,7 @@ def build_source(kernel: KernelRef) -> Any:
             f"kernel {kernel.name!r} has no argument(s) {', '.join(unknown)}; its arguments are "
             f"{', '.join(arg_names)}"
         )
-    return ASTSource(fn=fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs)
+    return signature, attrs
 
 
 class TritonBackend(TargetBackend):
@@ -240,15 +255,7 @@ class TritonBackend(TargetBackend):
         if blocking:
             raise CompileError(f"cannot build {where}: " + "; ".join(blocking))
 
-        import triton
-
-        source = build_source(kernel)
-        try:
-            compiled = triton.compile(source, target=self.gpu_target(hw), options=self.options(config))
-        except Exception as exc:  # Triton raises many types; all mean "the compiler said no"
-            detail = str(exc).strip().splitlines()
-            head = detail[-1] if detail else ""
-            raise CompileError(f"Triton failed to compile {where}: {type(exc).__name__}: {head}") from exc
+        compiled = self._compile_artifact(kernel, config, hw, where)
 
         resources = self.read_resources(compiled, kernel, hw)
         occ = occupancy_mod.compute(resources, hw)
@@ -275,6 +282,31 @@ class TritonBackend(TargetBackend):
             binary=binary,
             notes=tuple(notes),
         )
+
+    def _compile_artifact(self, kernel: KernelRef, config: LaunchConfig, hw: HardwareModel, where: str) -> Any:
+        """Run `triton.compile` here, or in a clean process when the interpreter is active here.
+
+        Either way the result has the `metadata` / `asm` the read-out code uses, and a compiler
+        rejection becomes the same CompileError ("Triton failed to compile WHERE: TYPE: CAUSE").
+        """
+        if isolated.interpreter_active():
+            # Interpreted triton.language helpers would corrupt this process's compiles; see
+            # targets/isolated.py. Check the signature here so those errors stay in-process.
+            source_signature(kernel)
+            try:
+                return isolated.compile_in_child(kernel, self.gpu_target(hw), self.options(config), where)
+            except isolated.ChildCompileFailed as exc:
+                raise CompileError(f"Triton failed to compile {where}: {exc.kind}: {exc}") from exc
+
+        import triton
+
+        source = build_source(kernel)
+        try:
+            return triton.compile(source, target=self.gpu_target(hw), options=self.options(config))
+        except Exception as exc:  # Triton raises many types; all mean "the compiler said no"
+            detail = str(exc).strip().splitlines()
+            head = detail[-1] if detail else ""
+            raise CompileError(f"Triton failed to compile {where}: {type(exc).__name__}: {head}") from exc
 
     def notes(self, resources: ResourceUsage, hw: HardwareModel) -> list[str]:
         """Backend-specific remarks for the report (none by default)."""

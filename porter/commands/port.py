@@ -56,6 +56,7 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
         sys.exit(130)
 
     rows = []
+    notes: dict[str, None] = {}  # ordered set: a note shared by every target is printed once
     for tr in result.targets:
         first = tr.choices[0] if tr.choices else None
         n = first.numbers if first else {}
@@ -64,16 +65,20 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
         if t is not None and n.get("p20_ms") is not None:
             time_txt += f" (p20-p80 {n['p20_ms'] * 1e3:.1f}-{n['p80_ms'] * 1e3:.1f})"
         pct = n.get("pct_of_peak")
-        notes = list(tr.notes)
-        if first is not None:
-            notes.insert(0, f"{first.bucket}/{first.dtype}; {len(tr.choices)} bucket(s)")
         cfg = " ".join(f"{k}={v}" for k, v in first.config.items()) if first else "-"
-        rows.append([tr.target, tr.backend, tr.tier, cfg, time_txt,
-                     "-" if pct is None else f"{pct:.0f}%", "; ".join(notes)])
+        bucket = f"{first.bucket}/{first.dtype}" if first else "-"
+        rows.append([tr.target, tr.backend, tr.tier, len(tr.choices), bucket, cfg, time_txt,
+                     "-" if pct is None else f"{pct:.0f}%"])
+        for note in tr.notes:
+            notes.setdefault(f"{tr.target}: {note}")
     click.echo("")
-    click.echo(tabulate(rows, headers=["target", "backend", "tier reached", "best config",
-                                       "time", "% of peak", "notes"],
-                        maxcolwidths=[None, None, None, 40, None, None, 60]))
+    click.echo(tabulate(rows, headers=["target", "backend", "tier reached", "buckets",
+                                       "first bucket", "its config", "time", "% of peak"],
+                        maxcolwidths=[None, None, None, None, None, 40, None, None]))
+    if notes:
+        click.echo("notes:")
+        for note in notes:
+            click.echo(f"  - {note}")
     click.echo(f"interpreted checks: {result.checks_run} run, {result.checks_shared} shared "
                "across targets (same kernel body + config)")
     click.echo(f"ledger: {result.run_dir / 'ledger.jsonl'}; results: "
