@@ -13,6 +13,7 @@ because it needs the reference and the comparison.
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -128,15 +129,30 @@ def sync_current_stream(device: torch.device) -> None:
         torch.cuda.current_stream(device).synchronize()
 
 
-def sync_everything(device: torch.device, cpu_wait_s: float) -> None:
-    """Wait for all streams of the device (GPU) or give background threads time (CPU)."""
+# A late writer thread is waited for this long before its output is compared (see below).
+CPU_THREAD_JOIN_S = 30.0
+
+
+def sync_everything(device: torch.device, cpu_wait_s: float,
+                    threads_before: set[threading.Thread] | None = None) -> None:
+    """Wait for all streams of the device (GPU), or for late writers on the CPU.
+
+    On the CPU, threads the candidate started and left running are joined (up to
+    CPU_THREAD_JOIN_S each, so a machine under load cannot make a late writer look on time);
+    then `cpu_wait_s` more for writers that hide elsewhere.
+    """
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    else:
-        time.sleep(cpu_wait_s)
+        return
+    if threads_before is not None:
+        for t in set(threading.enumerate()) - threads_before:
+            if t is not threading.current_thread():
+                t.join(CPU_THREAD_JOIN_S)
+    time.sleep(cpu_wait_s)
 
 
-def completion_diff(out: Any, device: torch.device, cpu_wait_s: float = 0.05) -> str | None:
+def completion_diff(out: Any, device: torch.device, cpu_wait_s: float = 0.05,
+                    threads_before: set[threading.Thread] | None = None) -> str | None:
     """Check that `out` no longer changes after the candidate returned.
 
     Call right after the candidate returns. Synchronizes the current stream, snapshots the
@@ -146,6 +162,8 @@ def completion_diff(out: Any, device: torch.device, cpu_wait_s: float = 0.05) ->
         out: the tensor or tuple of tensors the candidate returned.
         device: where the outputs live.
         cpu_wait_s: how long a CPU run waits for late writers (background threads).
+        threads_before: the threads alive before the call; on the CPU, those the call started
+            and left running are joined before the comparison.
 
     Returns:
         None when nothing changed; otherwise the failure text naming how many elements changed.
@@ -153,7 +171,7 @@ def completion_diff(out: Any, device: torch.device, cpu_wait_s: float = 0.05) ->
     sync_current_stream(device)
     tensors = _flatten(out)
     snapshots = [t.clone() for t in tensors]
-    sync_everything(device, cpu_wait_s)
+    sync_everything(device, cpu_wait_s, threads_before)
     for i, (now, then) in enumerate(zip(tensors, snapshots, strict=True)):
         same = (
             (now == then) | (now.isnan() & then.isnan()) if now.is_floating_point() else now == then

@@ -38,8 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from targets.base import CompileError
-from targets.base import KernelRef
+from targets.base import CompileError, KernelRef
 
 log = logging.getLogger(__name__)
 
@@ -225,7 +224,7 @@ class _Worker:
 
     def _start(self, env: dict[str, str], key: tuple[tuple[str, str], ...]) -> None:
         self.stop()
-        self.stderr = tempfile.TemporaryFile()
+        self.stderr = tempfile.TemporaryFile()  # noqa: SIM115 -- lives as long as the child
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "targets.isolated"],
             stdin=subprocess.PIPE,
@@ -310,8 +309,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from targets.loading import KernelLoadError
-    from targets.loading import load_kernel
+    from targets.loading import KernelLoadError, load_kernel
     from targets.triton_common import build_source
 
     try:
@@ -335,7 +333,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     backend, arch, warp_size = request["target"]
     try:
         compiled = triton.compile(source, target=GPUTarget(backend, arch, warp_size), options=request["options"])
-    except Exception as exc:  # Triton raises many types; all mean "the compiler said no"
+    except Exception as exc:  # noqa: BLE001 -- Triton raises many types; all mean "the compiler said no"
         detail = str(exc).strip().splitlines()
         return {"status": "compile_error", "kind": type(exc).__name__, "message": detail[-1] if detail else ""}
     meta = compiled.metadata
@@ -361,7 +359,7 @@ def main() -> int:
             continue
         try:
             answer = _serve(json.loads(line))
-        except Exception as exc:  # keep serving; the parent reports it as a failed compile
+        except Exception as exc:  # noqa: BLE001 -- keep serving; the parent reports it as a failed compile
             answer = {"status": "crashed", "message": f"clean compile process: {type(exc).__name__}: {exc}"}
         answers.write(json.dumps(answer) + "\n")
         answers.flush()

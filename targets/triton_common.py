@@ -16,18 +16,19 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from targets import isolated
 from targets import occupancy as occupancy_mod
-from targets.base import CompileError
-from targets.base import CompileReport
-from targets.base import KernelRef
-from targets.base import LaunchConfig
-from targets.base import Occupancy
-from targets.base import ResourceUsage
-from targets.base import TargetBackend
+from targets.base import (
+    CompileError,
+    CompileReport,
+    KernelRef,
+    LaunchConfig,
+    Occupancy,
+    ResourceUsage,
+    TargetBackend,
+)
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel

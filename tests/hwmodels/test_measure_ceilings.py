@@ -45,14 +45,17 @@ def test_append_creates_measured_section(tmp_path: Path) -> None:
 
 
 def test_append_into_a_middle_section(tmp_path: Path) -> None:
-    # h200 has `notes:` after features; put measured before it to test insertion mid-file.
-    path = tmp_path / "h200.yaml"
-    text = (hwmodels.DEVICES_DIR / "h200.yaml").read_text()
-    text = text.replace("notes: >-", "measured: []\nnotes: >-")
+    # m4 has `notes:` after features and no measured ceilings; put an empty measured section
+    # before the notes to test insertion mid-file.
+    path = tmp_path / "m4.yaml"
+    text = (hwmodels.DEVICES_DIR / "m4.yaml").read_text()
+    assert "measured:" not in text and "\nnotes:" in text
+    text = text.replace("\nnotes:", "\nmeasured: []\nnotes:", 1)
     path.write_text(text)
+    notes_before = hwmodels.load_file(path).notes
     mc.append_to_yaml(path, ENTRIES[:1])
     hw = hwmodels.load_file(path)
-    assert len(hw.measured) == 1 and hw.notes.startswith("No measured ceilings yet")
+    assert len(hw.measured) == 1 and hw.notes == notes_before
 
 
 def test_invalid_result_restores_file(tmp_path: Path) -> None:

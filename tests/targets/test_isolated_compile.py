@@ -84,7 +84,7 @@ def _drive(tmp_path: Path, interpret: str, tag: str) -> dict:
         PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH", "")) if p),
     )
     proc = subprocess.run([sys.executable, str(driver), str(kernel)], capture_output=True,
-                          text=True, env=env, timeout=300)
+                          text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -97,7 +97,7 @@ def test_same_result_with_and_without_interpreter(tmp_path: Path) -> None:
     assert interpreted["active"] is True
     assert plain["active"] is False
     assert interpreted["runs"][0] == interpreted["runs"][1] == plain["runs"][0]
-    ptx_hash, regs, spills, fits, _ = plain["runs"][0]
+    _, regs, spills, fits, _ = plain["runs"][0]
     assert regs is not None and regs > 0 and spills == 0 and fits
 
 
@@ -162,7 +162,7 @@ def test_changed_file_is_refused_not_silently_compiled(tmp_path: Path, child_cal
 
 def test_kernel_without_a_file_is_refused() -> None:
     namespace: dict = {}
-    exec("def k(x):\n    return x\n", namespace)
+    exec("def k(x):\n    return x\n", namespace)  # noqa: S102 -- a function with no file
     with pytest.raises(targets.CompileError, match="not defined in a file.*targets.load_kernel"):
         isolated.kernel_file(namespace["k"])
 
