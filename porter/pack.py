@@ -143,6 +143,8 @@ def write_pack(result: PortResult, out_dir: str | Path) -> Path:
                     "config": dict(choice.config),
                     "file": rel.as_posix(),
                     "tier": choice.tier,
+                    # "existing": the spec's own kernel file + launcher, wrapped (see port.py)
+                    "origin": getattr(choice, "origin", "generated"),
                     "numbers": dict(choice.numbers),
                 }
             )

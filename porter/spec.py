@@ -18,6 +18,9 @@ Two kinds of file are accepted, told apart by what they define:
        TRITON_KERNEL = "kernel.py::_rmsnorm_fwd_kernel"    # optional starting-point kernel,
        TRITON_LAUNCHER = "kernel.py::rmsnorm_forward"      # ... and its launcher, relative
        TUNABLES = {"BLOCK_N": [1024, 2048], "num_warps": [4, 8]}   # to the spec file
+       def TRITON_CONSTEXPRS(shape, dtype): ...  # optional: the existing kernel's constexprs
+                                                 # (and num_warps/num_stages) as its launcher
+                                                 # picks them at `shape` (for cross-compiling)
        def BYTES(inputs, outputs): ...           # optional: bytes that must move
        def FLOPS(inputs, outputs): ...           # optional: FLOPs that must be done
        def ADVERSARIAL(shape, dtype, device, generator): ...  # optional extra cases
@@ -81,6 +84,9 @@ class OpSpec:
         triton_kernel: an existing kernel to start from, or None.
         tunables: that kernel's tunable parameters, name -> candidate values.
         triton_launcher: the existing kernel's launcher, ``launcher(*inputs, out=out)``.
+        triton_constexprs: ``(shape, dtype) -> dict`` of the existing kernel's constexpr values
+            (plus launch knobs num_warps/num_stages) as its launcher picks them; None: only
+            the fixed constexprs in `tunables`.
         source_kind: "spec" or "kernelbench".
         bytes_moved: bytes that must move, ``(inputs, outputs) -> int``; None: derived.
         flops: FLOPs that must be done, ``(inputs, outputs) -> int``; None: memory-bound.
@@ -102,6 +108,7 @@ class OpSpec:
     triton_kernel: KernelRef | None = None
     tunables: dict[str, Any] = field(default_factory=dict)
     triton_launcher: Callable[..., Any] | None = None
+    triton_constexprs: Callable[..., dict[str, Any]] | None = None
     source_kind: Literal["spec", "kernelbench"] = "spec"
     bytes_moved: CostFn | None = None
     flops: CostFn | None = None
@@ -421,6 +428,7 @@ def spec_from_module(module: ModuleType, p: Path) -> OpSpec:
         triton_kernel=kernel,
         tunables=tunables,
         triton_launcher=launcher,
+        triton_constexprs=_callable(p, module, "TRITON_CONSTEXPRS", required=False),
         source_kind="spec",
         bytes_moved=_callable(p, module, "BYTES", required=False),
         flops=_callable(p, module, "FLOPS", required=False),
