@@ -466,17 +466,21 @@ class _Porter:
 
         inputs = self.problem.make_inputs(shape, dtype, torch.device("meta"),
                                           torch.Generator().manual_seed(0))
-        details: dict[str, Any] = {"kernels": []}
+        details: dict[str, Any] = {
+            "kernels": [], "origin": "existing" if isinstance(cand.variant, _Existing) else "generated"}
         try:
             if backend.name == "metal":
                 refs = [_metal_ref(self._source(backend, cand.variant), self.spec.name)]
             elif isinstance(cand.variant, _Existing):
-                details["origin"] = "existing"
                 refs = [self._existing_ref(shape, dtype, cand.config)]
             else:
                 refs = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant,
                                                     source_path=str(self._source_file(cand))))
         except Exception as exc:  # noqa: BLE001 - codegen rejecting a config is a verdict
+            if isinstance(cand.variant, _Existing):
+                return False, details, (f"existing kernel could not be specialized at {shape}: "
+                                        f"{exc} (TRITON_CONSTEXPRS in the spec gives its "
+                                        "constexprs per shape)")
             return False, details, f"codegen could not specialize this config: {exc}"
         lc = launch_config(cand.config)
         occupancy = None
@@ -524,9 +528,25 @@ class _Porter:
             values.update(hook(tuple(shape), dtype))
         knobs = {k: values.pop(k) for k in EXISTING_LAUNCH_KNOBS if k in values}
         knobs.update({k: v for k, v in config.items() if k in EXISTING_LAUNCH_KNOBS})
-        ref = kernel_ref_for(kref.fn, dtype=_dtype_name(dtype), constexprs=values,
+        ref = kernel_ref_for(self._existing_jit(), dtype=_dtype_name(dtype), constexprs=values,
                              name=kref.name)
         return ref, launch_config(knobs)
+
+    def _existing_jit(self) -> Any:
+        """The existing kernel as a compilable JITFunction.
+
+        The spec loader imported it under whatever TRITON_INTERPRET was set (an interpreted
+        function cannot be cross-compiled), so its file is imported again with it off.
+        """
+        import inspect
+
+        from targets import load_kernel
+
+        if getattr(self, "_existing_fn", None) is None:
+            fn = self.spec.triton_kernel.fn
+            path = inspect.getsourcefile(getattr(fn, "fn", fn))
+            self._existing_fn = load_kernel(path, self.spec.triton_kernel.name)
+        return self._existing_fn
 
     def _source_file(self, cand: Candidate) -> Path:
         """The Triton module of `cand` as a file (kernel_refs loads compilable kernels from it)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,15 @@ def _has_gpu() -> bool:
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not _has_gpu():
         pytest.skip("needs a CUDA/ROCm GPU; this machine has none (torch.cuda.is_available() is False)")
+
+
+@pytest.fixture(autouse=True)
+def _restore_triton_env() -> Iterator[None]:
+    """Undo any test's change to the TRITON_* variables (e.g. a CLI command run in-process that
+    switches the interpreter off), so later tests in the same worker see the session's setting."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+    yield
+    for k in [k for k in os.environ if k.startswith("TRITON_")]:
+        if k not in saved:
+            del os.environ[k]
+    os.environ.update(saved)

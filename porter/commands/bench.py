@@ -79,7 +79,8 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
     from porter.spec import load_spec
 
     has_gpu = torch.cuda.is_available()
-    set_interpreter(False)
+    if has_gpu:
+        set_interpreter(False)  # compiled kernels; before the spec imports any kernel module
     spec = load_spec(spec_path)
     shapes = shapes or spec.shapes
     dts = dtypes or spec.dtypes[:1]
@@ -135,7 +136,13 @@ def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[tor
     import hwmodels
     from harness.projection import project
 
-    op, _module = generated_module(spec, interpret=False)
+    # The op's family decides the math units of the projection; generating it (tracing) does
+    # not import the Triton module, so this process's interpreter state is left alone.
+    from porter.codegen import generate
+
+    example = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"),
+                               torch.Generator().manual_seed(0))
+    op = generate(spec.reference, tuple(example), name=spec.name)
     click.echo("No GPU on this machine: timing needs a GPU (CUDA events on the device; CPU wall-clock "
                "numbers would say nothing about a GPU kernel). Nothing was measured.")
     if target:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -76,20 +79,41 @@ def test_port_keeps_the_existing_kernel_and_packs_it(existing_spec: Path, tmp_pa
         (choice,) = by[t].choices
         assert choice.origin == "existing" and choice.config == {"origin": "existing"}
         assert choice.tier == "interpreted" and choice.numbers["time_ms"] > 0
-    assert not by["m4"].choices  # Metal: the Triton kernel is no candidate there
+    # Metal: the Triton kernel is no candidate there; the generated Metal source is kept
+    assert [c.origin for c in by["m4"].choices] == ["generated"]
     assert res.checks_run == 1  # one body: checked once, shared by the other target
 
     entries = [json.loads(ln) for ln in (run / "ledger.jsonl").read_text().splitlines() if ln]
-    kept = [e for e in entries if e.get("verdict") == "kept"]
-    assert kept and all(e["details"].get("origin") == "existing" for e in kept)
+    kept = [e for e in entries if e["verdict"] == "kept" and e["target"] != "m4"]
+    assert len(kept) == 2 and all(e["details"]["origin"] == "existing" for e in kept)
+    assert {e["details"]["origin"] for e in entries if e["target"] == "m4"} == {"generated"}
     # the cross-compile really ran for the target (registers from the compiled kernel)
     assert all(k["details"]["kernels"][0]["kernel"] == "_rmsnorm_fwd_kernel" for k in kept)
 
     manifest = read_manifest(res.pack_path)
-    origins = {b["origin"] for e in manifest["entries"] for b in e["buckets"]}
-    assert origins == {"existing"}
+    origins = {e["target"]: {b["origin"] for b in e["buckets"]} for e in manifest["entries"]}
+    assert origins == {"h100": {"existing"}, "mi300x": {"existing"}, "m4": {"generated"}}
     op = load_pack(res.pack_path, device="cpu")
     gen = torch.Generator().manual_seed(1)
     x, w = torch.randn(5, 300, generator=gen), torch.randn(300, generator=gen)
     ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
     torch.testing.assert_close(op(x, w), ref, atol=1e-5, rtol=1e-5)
+
+    # The packed file itself (kernel file + generated `launch`) runs standalone under the
+    # interpreter in a fresh process (load_pack above may fall back to the reference when an
+    # earlier test imported triton uninterpreted in this process).
+    (rel,) = {b["file"] for e in manifest["entries"] if e["target"] == "h100" for b in e["buckets"]}
+    code = ("import importlib.util, torch\n"
+            f"s = importlib.util.spec_from_file_location('m', {str(res.pack_path / rel)!r})\n"
+            "m = importlib.util.module_from_spec(s); s.loader.exec_module(m)\n"
+            "g = torch.Generator().manual_seed(2)\n"
+            "x, w = torch.randn(4, 77, generator=g), torch.randn(77, generator=g)\n"
+            "out = torch.empty_like(x)\n"
+            "y = m.launch(x, w, out=out, config={'origin': 'existing'})\n"
+            "ref = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w\n"
+            "assert y is out\n"
+            "torch.testing.assert_close(y, ref, atol=1e-5, rtol=1e-5)\n"
+            "print('ok')\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
