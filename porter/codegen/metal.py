@@ -9,12 +9,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 from typing import Any
 
-import sympy
 import torch
 
 from porter.codegen import rowwise
 from porter.codegen.emit import METAL_DTYPE
-from porter.codegen.emit import ZERO
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
 from porter.codegen.emit import KernelArgs
@@ -71,7 +69,7 @@ def render(op: GeneratedOp, config: dict[str, Any]) -> str:
             **common, params=params, body=em.lines)
     plan = op.plan
     em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
-    coord_lines, rc = _row_coords(plan, args)
+    coord_lines, rc = rowwise._row_coords(plan, args, dialect="metal")
     em.row_coords, em.row_sizes, em.reduce_dim = rc, plan.row_shape, plan.dim
     full = list(rc)
     full.insert(plan.dim, Coord("c", True))
@@ -172,18 +170,3 @@ def _store(em: Emitter, args: KernelArgs, j: int, o: Node, coords: tuple[Coord, 
     em.emit(f"out{j}[{' + '.join(terms) or '0'}] = {_cast(o, io)}({val});")
 
 
-def _row_coords(plan: Any, args: KernelArgs) -> tuple[list[str], tuple[Coord, ...]]:
-    lines, coords = [], []
-    dims = plan.row_dims
-    for i, d in enumerate(dims):
-        size = plan.space[d]
-        if size == 1:
-            coords.append(ZERO)
-            continue
-        inner = sympy.Mul(*[plan.space[e] for e in dims[i + 1:]])
-        expr = "rows" if inner == 1 else f"(rows / {args.size(inner)})"
-        if i > 0:
-            expr = f"({expr} % {args.size(size)})"
-        lines.append(f"long r{d} = {expr};")
-        coords.append(Coord(f"r{d}"))
-    return lines, tuple(coords)

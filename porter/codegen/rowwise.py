@@ -31,8 +31,11 @@ class RowBodies:
     online_pairs: list[tuple[int, int]]
 
 
-def _row_coords(plan: RowPlan, args: KernelArgs) -> tuple[list[str], tuple[Coord, ...]]:
-    """Per-row coordinates of each non-reduced dim, from the flat row index (once per row)."""
+def _row_coords(plan: RowPlan, args: KernelArgs,
+                dialect: str = "triton") -> tuple[list[str], tuple[Coord, ...]]:
+    """Per-row coordinates of each non-reduced dim, from the flat row index `rows` (once per
+    row). `dialect` "triton" or "metal" sets the integer division and declaration syntax."""
+    div, decl, end = ("//", "", "") if dialect == "triton" else ("/", "long ", ";")
     lines, coords = [], []
     dims = plan.row_dims
     for i, d in enumerate(dims):
@@ -41,13 +44,13 @@ def _row_coords(plan: RowPlan, args: KernelArgs) -> tuple[list[str], tuple[Coord
             coords.append(ZERO)
             continue
         inner = sympy.Mul(*[plan.space[e] for e in dims[i + 1:]])
-        expr = "rows" if inner == 1 else f"(rows // {args.size(inner)})"
+        expr = "rows" if inner == 1 else f"(rows {div} {args.size(inner)})"
         if i > 0:
             expr = f"({expr} % {args.size(size)})"
         if expr == "rows":
             coords.append(Coord("rows"))
         else:
-            lines.append(f"r{d} = {expr}")
+            lines.append(f"{decl}r{d} = {expr}{end}")
             coords.append(Coord(f"r{d}"))
     return lines, tuple(coords)
 
