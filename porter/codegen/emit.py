@@ -379,6 +379,14 @@ class Emitter:
             return self._log1p(vals[0]) if fn == "log1p" else self._expm1(vals[0])
         if fn == "not":
             return self.tmp(f"({vals[0]} == 0)" if self.dialect == "triton" else f"(!{vals[0]})")
+        if fn == "div" and self.dialect == "triton" and _is_softmax_denominator(n.args[1]):
+            # x / sum(exp(g - max g)): the divisor is a per-row value in [1, n_cols], so one
+            # IEEE reciprocal per row and a multiply per element (<= 1.5 ulp from x / s) saves
+            # an IEEE division per element, which costs ~10 instructions and a MUFU op.
+            key = ("reciprocal", vals[1])
+            if key not in self.memo:
+                self.memo[key] = self.tmp(self.fn("div").format("1.0", vals[1]), "inv")
+            return self.tmp(f"({vals[0]} * {self.memo[key]})")
         return self.tmp(self.fn(fn).format(*vals))
 
     def _sel(self, cond: str, a: str, b: str) -> str:
@@ -499,3 +507,18 @@ def _row_shape(n: Node) -> tuple[Any, ...]:
     if n.attrs["keepdim"]:
         return tuple(s for i, s in enumerate(n.shape) if i not in n.attrs["dims"])
     return n.shape
+
+
+def _is_softmax_denominator(d: Any) -> bool:
+    """True for sum(exp(g - max(g))) over a row: a value in [1, n] (the max term is exp(0))."""
+    if not (isinstance(d, Node) and d.op == "reduce" and d.attrs.get("kind") == "sum"):
+        return False
+    e = d.args[0]
+    if not (isinstance(e, Node) and e.op == "pw" and e.attrs.get("fn") == "exp"):
+        return False
+    sub = e.args[0]
+    if not (isinstance(sub, Node) and sub.op == "pw" and sub.attrs.get("fn") == "sub"):
+        return False
+    g, m = sub.args
+    return (isinstance(m, Node) and m.op == "reduce" and m.attrs.get("kind") == "max"
+            and m.args[0] is g and m.attrs.get("dims") == d.attrs.get("dims"))

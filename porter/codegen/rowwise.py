@@ -202,26 +202,27 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         if r.id in pairs:
             s = pairs[r.id]
             online.append((r.id, s.id))
-            em.emit("m_acc = tl.full([ROWS, BLOCK_N], float('-inf'), tl.float32)")
-            em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+            # Per chunk: the chunk's max, then one exp per element against the running max
+            # (the running sum is rescaled once per row and chunk, not per element).
+            em.emit("m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)")
+            em.emit("s_row = tl.zeros([ROWS, 1], tl.float32)")
             for line in loop_head:
                 em.emit(line)
             em.indent += 1
             em.reset()
             gv = em.eval(r.args[0], full)
             em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
-            em.emit("m_new = tl.maximum(m_acc, g)")
-            # Lanes that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
+            em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
+            # Rows that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
             em.emit("safe = m_new > float('-inf')")
-            em.emit("s_acc = tl.where(safe, s_acc * tl.exp(m_acc - m_new) + tl.exp(g - m_new), 0.0)")
-            em.emit("m_acc = m_new")
+            em.emit("p = tl.where(mask & safe, tl.exp(g - m_new), 0.0)")
+            em.emit("s_row = tl.where(safe, s_row * tl.exp(m_row - m_new), 0.0) "
+                    "+ tl.sum(p, axis=1)[:, None]")
+            em.emit("m_row = m_new")
             em.indent -= 1
             em.reset()
-            red_m = em.tmp("tl.max(m_acc, axis=1)[:, None]", "red")
-            em.reduced[r.id] = red_m
-            em.reduced[s.id] = em.tmp(
-                f"tl.sum(tl.where(m_acc > float('-inf'), s_acc * tl.exp(m_acc - {red_m}), 0.0), "
-                "axis=1)[:, None]", "red")
+            em.reduced[r.id] = em.tmp("m_row", "red")
+            em.reduced[s.id] = em.tmp("s_row", "red")
             continue
         em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
         for line in loop_head:

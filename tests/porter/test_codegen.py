@@ -303,3 +303,21 @@ def test_conv_is_unsupported_and_named() -> None:
     with pytest.raises(UnsupportedOpError) as err:
         generate(conv, (rand(2, 3, 16), rand(4, 3, 3)), name="conv")
     assert "convolution" in err.value.op
+
+
+def test_softmax_divides_by_a_per_row_reciprocal() -> None:
+    # The denominator sum(exp(x - max)) is in [1, n]: one IEEE reciprocal per row, then a
+    # multiply per element; other divisions stay IEEE divisions (div_rn) per element.
+    x = rand(9, 70) * 30.0
+    op = check(softmax, (x,), "softmax_recip", torch.float32)
+    src = op.triton_module_source()
+    single = src[src.index("_single_pass_kernel("):src.index("_looped_kernel(")]
+    assert "tl.math.div_rn(tl.cast(1.0, tl.float32)" in single
+    assert single.count("div_rn") == 1
+
+    def ratio(a):
+        return a / (a.abs() + 0.5).sum(dim=-1, keepdim=True)
+
+    other = check(ratio, (rand(9, 70),), "ratio", torch.float32)
+    body = other.triton_module_source()
+    assert "inv" not in body[body.index("_single_pass_kernel("):body.index("_looped_kernel(")]
