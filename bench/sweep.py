@@ -95,6 +95,8 @@ def _compile_worker(source_path: str, op_name: str, shape: tuple[int, ...], dnam
             errors.append(None)
         except Exception as exc:  # noqa: BLE001 - a config that does not run is a result
             errors.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}")
+    del inputs
+    torch.cuda.empty_cache()  # the workers live across cases: give the memory back
     return errors
 
 
