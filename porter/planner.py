@@ -36,9 +36,11 @@ log = logging.getLogger(__name__)
 # Below this floor the launch (a few us on every GPU) dominates, and fewer/persistent programs
 # matter more than per-element efficiency.
 LAUNCH_BOUND_MS = 0.005
-# Elements per thread the warp heuristic aims for on row-wise work (vectorized 16-byte loads of
-# fp32 are 4 elements; two of them in flight hides latency without spilling).
-ELEMS_PER_THREAD = 8
+# fp32 values per thread the warp heuristic aims for on row-wise work: 16 up to 4096 columns,
+# 32 beyond (a sweep of the whole variant space on an H100 found these 3-35% faster than 8;
+# bench/NOTES.md). The same rule is `porter.codegen.heuristics.rowwise_default`'s.
+ELEMS_PER_THREAD = 16
+ELEMS_PER_THREAD_WIDE = 32
 
 
 @dataclass(frozen=True)
@@ -179,12 +181,14 @@ def _knobs(
         note = "compute-bound: tile sizes and pipelining decide; aim for the matrix units"
     else:
         knobs = ["BLOCK_N", "num_warps", "ROWS", "num_stages", "strategy"]
-        threads = max(hw.warp_size, _pow2_ceil(width) // ELEMS_PER_THREAD)
-        warps = max(1, min(16, threads // hw.warp_size))
+        per_thread = ELEMS_PER_THREAD if _pow2_ceil(width) <= 4096 else ELEMS_PER_THREAD_WIDE
+        threads = max(hw.warp_size, _pow2_ceil(width) // per_thread)
+        max_warps = max(1, int(hw.limits.max_threads_per_block.value) // hw.warp_size)
+        warps = max(1, min(max_warps, threads // hw.warp_size))
         preferred["num_warps"] = _pow2_ceil(warps)
         preferred["BLOCK_N"] = _pow2_ceil(width)
         note = (f"{bound}-bound: one pass over the row ({width} wide), "
-                f"~{ELEMS_PER_THREAD} elements per thread -> {preferred['num_warps']} warps")
+                f"~{per_thread} elements per thread -> {preferred['num_warps']} warps")
         if bound == "launch":
             knobs.remove("ROWS")
             knobs.insert(0, "ROWS")

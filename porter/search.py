@@ -185,7 +185,8 @@ def search(
 def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
     """Default first, then its neighbours, spread over the knobs so a capped list explores.
 
-    Candidates are grouped by how many knobs differ from the default (one-knob changes first).
+    Right after the default comes, for each other strategy, its config nearest the default.
+    Then candidates are grouped by how many knobs differ from the default (one-knob changes first).
     Within a group, the nearest value of each knob comes before the second-nearest of any knob
     (round robin), knobs in the plan's order; so a cap of 6 tries e.g. fewer rows, fewer warps,
     more rows, ... rather than six variants of one knob.
@@ -210,7 +211,16 @@ def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
         for i, c in enumerate(group):
             keyed.append(((len(knobs), i, knob_rank.get(knobs[0], 99) if knobs else 0), c))
     keyed.sort(key=lambda item: item[0])
-    return [default] + [c for _, c in keyed]
+    ordered = [c for _, c in keyed]
+    # Each other strategy's config nearest the default comes right after it, so a capped list
+    # still tries every strategy (e.g. the tiled matmul when the default is the TMA one).
+    firsts: list[Candidate] = []
+    for strategy in dict.fromkeys(c.config.get("strategy") for c in ordered):
+        if strategy == base.get("strategy"):
+            continue
+        same = [c for c in ordered if c.config.get("strategy") == strategy]
+        firsts.append(min(same, key=lambda c: _distance(c.config, base, plan)))
+    return [default] + firsts + [c for c in ordered if c not in firsts]
 
 
 def _distance(config: dict[str, Any], want: dict[str, Any], plan: ShapePlan) -> float:

@@ -13,29 +13,37 @@ def _next_pow2(n):
     return p
 
 
-def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024):
+def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
+                    full_output=True):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
-    Single pass up to 32768 columns (fp32 values live in registers: with 16 warps that is 64 per
-    thread); rows per program grow for short rows so each program moves about 16 KB; num_warps
-    is BLOCK/256 clamped to 1..16 (8 elements per thread = one 16-byte vector of a 2-byte dtype).
+    From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
+    - one row per program for rows of 1024+ columns; narrower rows are packed so a program
+      covers about 1024 elements;
+    - about 16 fp32 values per thread up to 4096 columns and 32 beyond (8192 -> 8 warps,
+      32768 -> 32 warps), which beat 8 per thread by 3-35%;
+    - single pass up to 32768 columns when the op writes full rows (softmax: the looped form
+      reads the row twice), but a looped pass over 8192-column chunks for longer rows and for
+      ops that only reduce (cross-entropy: the loop keeps loads in flight; 1.35x faster).
     A reduction over a non-last dim takes 32-64 rows per program, because the rows are then the
     contiguous direction in memory.
     """
     block_n = _next_pow2(max(n_cols, 1))
     max_warps = max(1, max_threads // warp_size)
-    if block_n <= 32768:
+    looped = block_n > 32768 or (block_n > 8192 and not full_output)
+    if not looped:
         if last_dim:
-            rows = max(1, min(_next_pow2(max(1, 8192 // block_n)), 128))
+            rows = max(1, min(_next_pow2(max(1, 1024 // block_n)), 128))
         else:
             rows = 64 if block_n <= 64 else 32 if block_n <= 256 else 16 if block_n <= 1024 else 2
         rows = max(1, min(rows, _next_pow2(max(n_rows, 1))))
-        warps = max(1, min(16, max_warps, rows * block_n // 256))
+        per_thread = 16 if block_n <= 4096 else 32
+        warps = max(1, min(max_warps, rows * block_n // (per_thread * warp_size)))
         return {"strategy": "single_pass", "ROWS": rows, "BLOCK_N": block_n,
                 "num_warps": warps, "num_stages": 1}
     block = 8192 if elem_bytes <= 2 else 4096
     return {"strategy": "looped", "ROWS": 1, "BLOCK_N": block,
-            "num_warps": max(1, min(16, max_warps, block // 256)), "num_stages": 2}
+            "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 2}
 
 
 def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
@@ -47,12 +55,38 @@ def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     return {"strategy": "flat", "BLOCK": block, "num_warps": warps, "num_stages": 1}
 
 
-def matmul_default(m, n, k, elem_bytes):
-    """Config for the tiled matmul: 128x128x64 tiles, 8 warps, 3 stages for big 2-byte GEMMs."""
+def tma_transposed(stride_r, stride_c, elem_bytes):
+    """How a TMA descriptor can describe a 2-D operand viewed as [R, C] with strides (r, c).
+
+    TMA wants the last (contiguous) dim at stride 1 and every other stride a multiple of 16
+    bytes (8 elements of a 2-byte dtype). False: describe it as [R, C] (C contiguous); True:
+    describe the transpose [C, R] (R contiguous, e.g. the weight of `x @ w.t()`); None: neither
+    layout qualifies.
+    """
+    if stride_c == 1 and (stride_r * elem_bytes) % 16 == 0:
+        return False
+    if stride_r == 1 and (stride_c * elem_bytes) % 16 == 0:
+        return True
+    return None
+
+
+def matmul_default(m, n, k, elem_bytes, tma=False):
+    """Config for the matmul with a fused epilogue.
+
+    Big 2-byte GEMMs: 128x256x64 tiles, 8 warps, 4 stages (the fastest tiled config in a sweep
+    of all 162 on an H100, 1.24x the 128x128x64/3-stage one; bench/NOTES.md). With `tma` (the
+    device has TMA) the persistent TMA kernel with the same tiles, whose epilogue runs on two
+    N halves (at 128 fp32 accumulator values per thread one pass spills); the generated
+    launcher runs the tiled kernel wherever TMA cannot describe the operands.
+    """
     if elem_bytes >= 4:
         bm, bn, bk, warps, stages = 64, 64, 32, 4, 3
     elif m >= 512 and n >= 512:
-        bm, bn, bk, warps, stages = 128, 128, 64, 8, 3
+        bm, bn, bk, warps, stages = 128, 256, 64, 8, 4
+        if tma:
+            return {"strategy": "tma_persistent", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk,
+                    "GROUP_M": 8, "FLATTEN": True, "SUBTILE": True, "num_warps": warps,
+                    "num_stages": stages}
     else:
         bm, bn, bk, warps, stages = 64, 64, 64, 4, 3
     bm = max(16, min(bm, _next_pow2(m)))

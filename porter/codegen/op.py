@@ -151,6 +151,22 @@ class GeneratedOp:
             raise TypeError("pass the inputs (tensors) for the shape, not a bare shape tuple")
         return tuple(shape)
 
+    def tma_applies(self, inputs: Sequence[Any]) -> bool:
+        """Whether a "tma_persistent" config runs its TMA kernel at these inputs: bf16/fp16
+        operands of one dtype, K > 0, and both operands describable by a TMA descriptor (one
+        unit stride, the other a multiple of 16 bytes). Elsewhere (odd K, fp32) the generated
+        launcher runs the same tiles through the pointer-load kernel."""
+        if self.family != "matmul_epilogue" or "a" not in self._mm:
+            return False
+        ops = [inputs[self._mm[key][0]] for key in ("a", "b")]
+        if ops[0].dtype not in (torch.float16, torch.bfloat16) or ops[1].dtype != ops[0].dtype:
+            return False
+        if self.problem_sizes(inputs)["K"] == 0:
+            return False
+        return all(heuristics.tma_transposed(t.stride(self._mm[key][1]), t.stride(self._mm[key][2]),
+                                             t.element_size()) is not None
+                   for t, key in zip(ops, ("a", "b"), strict=True))
+
     # -- cross-compilation ---------------------------------------------------------------------
     def _int_args(self, inputs: Sequence[Any], specs: list[Any]) -> dict[str, int]:
         """Values of the integer runtime arguments for these inputs (outputs contiguous)."""
@@ -179,6 +195,8 @@ class GeneratedOp:
         from targets.base import KernelRef
 
         config = config or self.default_config(None, inputs)
+        if config.get("strategy") == "tma_persistent" and not self.tma_applies(inputs):
+            config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
         out: list[KernelRef] = []
@@ -195,6 +213,18 @@ class GeneratedOp:
                     else:
                         shape = specs[int(who[3:])][0]
                         consts[p] = int(math.prod(shape[int(d) + 1:]))
+                elif kind.startswith("ctma:"):
+                    _, who, r, c = kind.split(":")
+                    consts[p] = _tma_operand(inputs[int(who[2:])], int(r), int(c))
+                elif kind.startswith("desc:"):
+                    _, who, r, c, br, bc = kind.split(":")
+                    t = inputs[int(who[2:])]
+                    if t.element_size() != 2:
+                        raise ValueError(f"tma_persistent takes bf16/fp16 operands, got {t.dtype}")
+                    block = [int(config[br]), int(config[bc])]
+                    if _tma_operand(t, int(r), int(c)):
+                        block.reverse()
+                    sig[p] = f"tensordesc<{TRITON_DTYPE[t.dtype]}[{block[0]}, {block[1]}]>"
                 elif kind.startswith("ptr:in"):
                     sig[p] = "*" + TRITON_DTYPE[inputs[int(kind[6:])].dtype]
                 elif kind.startswith("ptr:out"):
@@ -220,7 +250,26 @@ def _eval_launch(expr: str, inputs: Sequence[Any], outs: list[torch.Tensor]) -> 
     return eval(expr, {"inputs": inputs, "outs": outs, "tmps": []})  # noqa: S307 - our own text
 
 
+def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:
+    """Whether a TMA descriptor describes operand `t` ([R, C] = dims (dim_r, dim_c)) transposed.
+
+    Raises:
+        ValueError: TMA cannot describe `t` (no unit stride, or the other stride is not a
+            multiple of 16 bytes), as the generated launcher would at launch.
+    """
+    transposed = heuristics.tma_transposed(t.stride(dim_r), t.stride(dim_c), t.element_size())
+    if transposed is None:
+        raise ValueError(f"tma_persistent: an operand of shape {tuple(t.shape)} and strides "
+                         f"{tuple(t.stride())} has no TMA layout (one unit stride, the other a "
+                         "multiple of 16 bytes)")
+    return transposed
+
+
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> Any:
+    if name == "FLATTEN":
+        return bool(config.get("FLATTEN", True))  # the launcher's defaults too
+    if name == "SUBTILE":
+        return bool(config.get("SUBTILE", False))
     if name == "IEEE":
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
     if name == "UPCAST":
@@ -345,7 +394,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         **ctx, single=bodies.single, looped=bodies.looped, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
-        last_dim=last_dim, heuristics=_heuristics_source(heuristics.rowwise_default))
+        last_dim=last_dim, full_output="full" in plan.out_kind,
+        heuristics=_heuristics_source(heuristics.rowwise_default))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     kernels = [
@@ -400,7 +450,8 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         k=sym_to_python(mnk["K"], g.symbols),
         a_strides=[f"inputs[{ka}].stride({am})", f"inputs[{ka}].stride({ak})"],
         b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
-        heuristics=_heuristics_source(heuristics.matmul_default))
+        a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn),
+        heuristics=_heuristics_source(heuristics.tma_transposed, heuristics.matmul_default))
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
@@ -408,6 +459,17 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                         f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}", f"cstride:in{kb}:{bn}"),
                        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE", "UPCAST"),
                        ("tiled",), tuple(args.launch_exprs))
-    op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo], src)
-    op._mm = {"mnk": mnk}
+    # The persistent TMA kernel: descriptors typed per config ("desc:"), and whether each
+    # operand is described transposed decided from the actual strides ("ctma:", a constexpr).
+    tma = KernelInfo(ctx["kname"] + "_matmul_tma_kernel",
+                     (*args.params, "a_desc", "b_desc", "M", "N", "K", "num_programs", "A_T",
+                      "B_T"),
+                     (*args.kinds, f"desc:in{ka}:{am}:{ak}:BLOCK_M:BLOCK_K",
+                      f"desc:in{kb}:{bk}:{bn}:BLOCK_K:BLOCK_N", "i32", "i32", "i32", "i32",
+                      f"ctma:in{ka}:{am}:{ak}", f"ctma:in{kb}:{bk}:{bn}"),
+                     ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "FLATTEN", "SUBTILE", "UPCAST"),
+                     ("tma_persistent",), tuple(args.launch_exprs))
+    op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo, tma], src)
+    # operands as (input index, row dim, col dim): A is [M, K], B is [K, N]
+    op._mm = {"mnk": mnk, "a": (ka, am, ak), "b": (kb, bk, bn)}
     return op

@@ -9,8 +9,12 @@ Pruning rules (each names the limit it enforces):
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
 - AMD-only knobs (waves_per_eu, matrix_instr_nonkdim) appear only for the triton-hip backend.
-- No variant uses TMA, so "no TMA before Hopper" never has to prune here (a TMA variant would
-  be added only when hw.has("tma")).
+- TMA: "tma_persistent" matmul configs (host TMA descriptors, a persistent grid) are offered
+  only when hw.has("tma") (h100, h200, b200; never a100 or AMD), on the triton-cuda backend, for
+  2-byte dtypes, and when both operands' strides suit TMA (one unit stride, the other a
+  multiple of 16 bytes). They also keep the fp32 accumulator at <= 128 registers per thread
+  (BM*BN / threads), which drops 128x256 tiles with 4 warps; at exactly 128 the epilogue runs
+  on two N halves (SUBTILE), which is what kept it from spilling on sm_90 and sm_100.
 """
 
 from __future__ import annotations
@@ -43,6 +47,19 @@ def _elem(inputs: Sequence[Any], dtype: torch.dtype | None) -> tuple[int, torch.
     return torch.empty((), dtype=dt).element_size(), dt
 
 
+def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb: int) -> bool:
+    """Whether the persistent TMA matmul may be offered: a TMA device, 2-byte operands whose
+    strides TMA can describe (see `heuristics.tma_transposed`)."""
+    if hw is None or not hw.has("tma") or hw.build.backend != "triton-cuda" or eb != 2:
+        return False
+    for key in ("a", "b"):
+        index, dim_r, dim_c = op._mm[key]
+        t = inputs[index]
+        if heuristics.tma_transposed(t.stride(dim_r), t.stride(dim_c), eb) is None:
+            return False
+    return True
+
+
 def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],
                    dtype: torch.dtype | None) -> dict[str, Any]:
     """The generated launcher's own choice for these inputs, plus the I/O dtype."""
@@ -50,10 +67,16 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     eb, dt = _elem(inputs, dtype)
     sizes = op.problem_sizes(inputs)
     if op.family == "matmul_epilogue":
-        cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb)
+        cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
+                                        tma=_tma_ok(op, hw, inputs, eb))
+        _, _, smem, _ = _limits(hw)
+        tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
+        while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
+            cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
     elif op.plan is not None:
         cfg = heuristics.rowwise_default(sizes["n_rows"], sizes["n_cols"], eb,
-                                         op._mm.get("last_dim", True), warp, max_threads)
+                                         op._mm.get("last_dim", True), warp, max_threads,
+                                         full_output="full" in op.plan.out_kind)
     else:
         cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
     cfg["dtype"] = _DT.get(dt, str(dt))
@@ -85,6 +108,24 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                             out.append({"strategy": "tiled", "BLOCK_M": bm, "BLOCK_N": bn,
                                         "BLOCK_K": bk, "GROUP_M": 8, "num_warps": w,
                                         "num_stages": st})
+        if _tma_ok(op, hw, inputs, eb):
+            for bn in (128, 256):
+                for bk in (64, 128):
+                    for st in (3, 4):
+                        if st * (128 * bk + bk * bn) * eb > smem:
+                            continue
+                        for w in (4, 8):
+                            if w not in warps_ok or 128 * bn // (w * warp) > 128:
+                                continue  # the fp32 accumulator alone would take > 128 registers
+                            for flat in (True, False):
+                                # SUBTILE: at 128 accumulator values per thread the
+                                # epilogue runs on two N halves (one pass spilled on sm_90
+                                # and sm_100 with a GELU epilogue; halves did not)
+                                out.append({"strategy": "tma_persistent", "BLOCK_M": 128,
+                                            "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                                            "FLATTEN": flat,
+                                            "SUBTILE": 128 * bn // (w * warp) >= 128,
+                                            "num_warps": w, "num_stages": st})
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))

@@ -146,3 +146,21 @@ def test_torch_math_checker_catches_host_math() -> None:
     assert torch_math_calls(bad) == ["line 3: .sum()"]
     bad2 = "import torch\ndef launch(x):\n    return torch.softmax(x, -1)\n"
     assert torch_math_calls(bad2)
+
+
+def test_rowwise_default_follows_the_sweep_rules() -> None:
+    from porter.codegen.heuristics import rowwise_default
+
+    # one row per program, ~16 fp32 values per thread up to 4096 columns, 32 beyond
+    assert rowwise_default(8192, 4096, 2, True) == {
+        "strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8, "num_stages": 1}
+    assert rowwise_default(8192, 5120, 2, True)["num_warps"] == 8
+    assert rowwise_default(4096, 32768, 2, True)["num_warps"] == 32
+    assert rowwise_default(4096, 32768, 2, True, max_threads=512)["num_warps"] == 16
+    # narrow rows are packed to ~1024 elements per program
+    narrow = rowwise_default(100000, 128, 2, True)
+    assert narrow["ROWS"] * narrow["BLOCK_N"] == 1024
+    # an op that only reduces (no full-row output) loops over long rows in 8192-wide chunks
+    ce = rowwise_default(4096, 32768, 2, True, full_output=False)
+    assert (ce["strategy"], ce["BLOCK_N"], ce["num_warps"]) == ("looped", 8192, 8)
+    assert rowwise_default(4096, 8192, 2, True, full_output=False)["strategy"] == "single_pass"

@@ -1,0 +1,52 @@
+"""The search's candidate order: the device default first, every other strategy's nearest
+config next, then one-knob changes, so a capped list explores rather than repeats."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import hwmodels
+from porter.planner import plan
+from porter.port import _generate
+from porter.search import search
+from porter.spec import load_spec
+from targets.registry import for_device
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _candidates(op: str, shape: tuple[int, ...], device: str, cap: int) -> list[dict]:
+    spec = load_spec(EXAMPLES / op / "spec.py")
+    gen = torch.Generator().manual_seed(0)
+    example = spec.make_inputs(spec.interpret_shapes[0], torch.bfloat16, torch.device("cpu"), gen)
+    gen_op = _generate(spec.reference, tuple(example), op)
+    meta = spec.make_inputs(shape, torch.bfloat16, torch.device("meta"), gen)
+    hw = hwmodels.get(device)
+    shape_plan = plan(spec.problem(), hw, [shape], [torch.bfloat16], family=gen_op.family).shapes[0]
+    found = search(gen_op, for_device(hw), hw, tuple(meta), torch.bfloat16, plan=shape_plan,
+                   max_variants=cap)
+    return [c.config for c in found.candidates]
+
+
+def test_capped_matmul_search_tries_both_strategies() -> None:
+    cands = _candidates("matmul_bias_gelu", (4096, 4096, 4096), "h100", 4)
+    assert cands[0]["strategy"] == "tma_persistent"
+    assert cands[1]["strategy"] == "tiled"  # the nearest tiled config, right after the default
+    assert (cands[1]["BLOCK_M"], cands[1]["BLOCK_N"], cands[1]["BLOCK_K"]) == (128, 256, 64)
+    # no TMA on the A100: every candidate is tiled, and the default fits its shared memory
+    a100 = _candidates("matmul_bias_gelu", (4096, 4096, 4096), "a100", 4)
+    assert {c["strategy"] for c in a100} == {"tiled"}
+    smem = hwmodels.get("a100").limits.shared_memory_per_block_bytes.value
+    assert a100[0]["num_stages"] * (128 + 256) * 64 * 2 <= smem
+
+
+def test_rowwise_search_changes_one_knob_at_a_time() -> None:
+    cands = _candidates("softmax", (8192, 5120), "h100", 6)
+    default = cands[0]
+    assert (default["strategy"], default["ROWS"], default["num_warps"]) == ("single_pass", 1, 8)
+    assert cands[1]["strategy"] == "looped"
+    for c in cands[2:]:
+        changed = [k for k in c if k != "dtype" and c[k] != default[k]]
+        assert len(changed) == 1, (c, changed)
