@@ -222,9 +222,9 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"device": det.device_name, "hw_model": hw.name,
             "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             "versions": env_info.versions(),
-            # a copy without .git (e.g. `git archive` on a GPU machine) names its commit in
-            # PORTER_GIT_REV
-            "git_rev": env_info.git_rev(REPO) or os.environ.get("PORTER_GIT_REV"),
+            # a copy run from `git archive` (e.g. on a GPU machine) names its commit in
+            # PORTER_GIT_REV; that wins over whatever repository encloses the copy
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
             "method": f"harness.bench_op: providers interleaved in one process, "
                       f"{'CUDA graphs' if args.graph else 'CUDA events with a device-side head start (host launch overhead excluded for all providers)'}, "
                       f"LLC flushed every repetition (buffer 2x LLC), median of {args.reps} reps, "

@@ -112,7 +112,7 @@ def _max_rel_err(got: Any, want: Any) -> float:
 
 def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str, str],
                limit: int | None, pool: Any, jobs: int, reps: int,
-               workdir: Path) -> list[dict[str, Any]]:
+               workdir: Path, graph: bool = False) -> list[dict[str, Any]]:
     from harness.roofline import analyze
     from harness.timing import compare
     from porter.codegen import load_generated_module
@@ -162,7 +162,7 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
         return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
     providers = {**right, "eager": spec.reference}
-    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=False)
+    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=graph)
     eager_ms = cmp.timings["eager"].median_ms
     for i, row in enumerate(rows):
         t = cmp.timings.get(str(i))
@@ -175,6 +175,8 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
                     "speedup_vs_eager": cmp.ratio("eager", str(i))[0]})
     rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": "eager",
                  "median_ms": eager_ms})
+    for row in rows:
+        row["timing"] = "graph" if graph else "events"
     return rows
 
 
@@ -206,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--top", type=int, default=12, help="rows per printed table")
+    ap.add_argument("--graph", action="store_true",
+                    help="time inside CUDA graphs (no host launch cost at all; to tell host "
+                         "overhead from kernel time)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -223,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     with mp.get_context("spawn").Pool(args.jobs) as pool, \
             (args.out / "sweep.jsonl").open("a") as sink:
         for case in cases:
-            rows = sweep_case(case, hw, where, args.limit, pool, args.jobs, args.reps, args.out)
+            rows = sweep_case(case, hw, where, args.limit, pool, args.jobs, args.reps, args.out,
+                              graph=args.graph)
             for r in rows:
                 sink.write(json.dumps(r, default=str) + "\n")
             sink.flush()
