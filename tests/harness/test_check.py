@@ -154,14 +154,17 @@ def test_naive_softmax_fails_adversarial(small: Problem) -> None:
 
 def test_declared_nondeterminism_is_tolerated_and_quoted(kernels: Any, small: Problem) -> None:
     noisy = kernels.softmax_noisy
-    strict = harness.check(small, noisy, stages=["determinism"])
+    # fp32 only: in bf16 a 5e-7 perturbation sometimes flips an output rounding (one bf16 ulp,
+    # up to ~4e-4 here), beyond the 1e-5 declared below; that made this test flaky.
+    fp32 = [torch.float32]
+    strict = harness.check(small, noisy, stages=["determinism"], dtypes=fp32)
     assert strict.caught_by == "determinism" and "bitwise identical" in strict.failed.message  # type: ignore[union-attr]
     lenient = dataclasses.replace(
         small,
         nondeterminism_tolerance=1e-5,
         nondeterminism_reason="atomic adds in the row reduction",
     )
-    report = harness.check(lenient, noisy, stages=["determinism"])
+    report = harness.check(lenient, noisy, stages=["determinism"], dtypes=fp32)
     assert report.passed, report.summary()
     assert "atomic adds in the row reduction" in report.stages[0].message
 
