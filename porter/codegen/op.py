@@ -52,7 +52,10 @@ class KernelInfo:
     """One @triton.jit kernel of the module, and how to build its cross-compile signature.
 
     params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>"/"ptr:tmp<i>",
-    "i64", "i32" per param; constexprs: the constexpr parameter names, filled from a config.
+    "i64", "i32", "cstride:<in k|out j>:<dim>" (a unit-stride constexpr), and for the TMA matmul
+    "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor)
+    and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed) per param;
+    constexprs: the constexpr parameter names, filled from a config.
     """
 
     name: str
