@@ -14,7 +14,8 @@ fill Triton's on-disk cache; `--jobs`), each config is run once on fresh random 
 compared with the reference evaluated in float64 (a wrong config is listed, never timed), then
 all right configs and eager PyTorch are timed interleaved (`harness.timing.compare`: CUDA events
 with a device-side head start, LLC flushed every repetition, median of `--reps`). Results go to
-`<out>/sweep.jsonl` as each case finishes and a table per case is printed.
+`<out>/sweep.jsonl` as each case finishes (after one line naming the device, versions and
+commit) and a table per case is printed.
 """
 
 from __future__ import annotations
@@ -223,10 +224,18 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("sweep: the local GPU matches no hardware model in hwmodels/devices/")
     args.out.mkdir(parents=True, exist_ok=True)
     where = parse_where(args.where)
+    from harness import env_info
+
+    meta = {"meta": True, "device": hwmodels.detect().device_name, "hw_model": hw.name,
+            "versions": env_info.versions(),
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
+            "reps": args.reps, "timing": "graph" if args.graph else "events"}
+    print(json.dumps(meta), flush=True)
     cases = [parse_case(text) for text in args.cases.split(",")]
     # One pool for all cases: each worker pays for its CUDA context once.
     with mp.get_context("spawn").Pool(args.jobs) as pool, \
             (args.out / "sweep.jsonl").open("a") as sink:
+        sink.write(json.dumps(meta) + "\n")
         for case in cases:
             rows = sweep_case(case, hw, where, args.limit, pool, args.jobs, args.reps, args.out,
                               graph=args.graph)

@@ -154,21 +154,29 @@ class GeneratedOp:
             raise TypeError("pass the inputs (tensors) for the shape, not a bare shape tuple")
         return tuple(shape)
 
-    def tma_applies(self, inputs: Sequence[Any]) -> bool:
-        """Whether a "tma_persistent" config runs its TMA kernel at these inputs: bf16/fp16
-        operands of one dtype, K > 0, and both operands describable by a TMA descriptor (one
-        unit stride, the other a multiple of 16 bytes). Elsewhere (odd K, fp32) the generated
-        launcher runs the same tiles through the pointer-load kernel."""
+    def tma_layout_ok(self, inputs: Sequence[Any], elem_bytes: int) -> bool:
+        """Whether a TMA descriptor can describe both matmul operands of `inputs` (one unit
+        stride, the other a multiple of 16 bytes) at an element size of `elem_bytes`."""
         if self.family != "matmul_epilogue" or "a" not in self._mm:
             return False
-        ops = [inputs[self._mm[key][0]] for key in ("a", "b")]
-        if ops[0].dtype not in (torch.float16, torch.bfloat16) or ops[1].dtype != ops[0].dtype:
+        for key in ("a", "b"):
+            index, dim_r, dim_c = self._mm[key]
+            t = inputs[index]
+            if heuristics.tma_transposed(t.stride(dim_r), t.stride(dim_c), elem_bytes) is None:
+                return False
+        return True
+
+    def tma_applies(self, inputs: Sequence[Any]) -> bool:
+        """Whether a "tma_persistent" config runs its TMA kernel at these inputs: bf16/fp16
+        operands of one dtype, K > 0, and a layout TMA can describe (`tma_layout_ok`).
+        Elsewhere (odd K, fp32) the generated launcher runs the same tiles through the
+        pointer-load kernel."""
+        if self.family != "matmul_epilogue" or "a" not in self._mm:
             return False
-        if self.problem_sizes(inputs)["K"] == 0:
+        a, b = (inputs[self._mm[key][0]] for key in ("a", "b"))
+        if a.dtype not in (torch.float16, torch.bfloat16) or b.dtype != a.dtype:
             return False
-        return all(heuristics.tma_transposed(t.stride(self._mm[key][1]), t.stride(self._mm[key][2]),
-                                             t.element_size()) is not None
-                   for t, key in zip(ops, ("a", "b"), strict=True))
+        return self.problem_sizes(inputs)["K"] > 0 and self.tma_layout_ok(inputs, a.element_size())
 
     # -- cross-compilation ---------------------------------------------------------------------
     def _int_args(self, inputs: Sequence[Any], specs: list[Any]) -> dict[str, int]:

@@ -165,9 +165,19 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     em = new_emitter()
     pairs = _online_pairs(plan)
     paired_sums = {s.id for s in pairs.values()}
-    loop_head = ["for start in range(0, n_cols, BLOCK_N):",
-                 "    cols = start + tl.arange(0, BLOCK_N)[None, :]",
-                 "    mask = row_mask & (cols < n_cols)"]
+
+    def open_loop() -> None:
+        """Start a loop over the row's BLOCK_N chunks (values computed inside stay inside)."""
+        em.emit("for start in range(0, n_cols, BLOCK_N):")
+        em.emit("    cols = start + tl.arange(0, BLOCK_N)[None, :]")
+        em.emit("    mask = row_mask & (cols < n_cols)")
+        em.indent += 1
+        em.reset()
+
+    def close_loop() -> None:
+        em.indent -= 1
+        em.reset()
+
     ssq = _ssq_pairs(plan)
     paired_sums |= {s.id for s in ssq.values()}
     online: list[tuple[int, int]] = []
@@ -180,10 +190,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             s = ssq[r.id]
             em.emit("m_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
             em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
-            for line in loop_head:
-                em.emit(line)
-            em.indent += 1
-            em.reset()
+            open_loop()
             av = em.eval(r.args[0], full)
             em.emit(f"a = tl.where(mask, {av}, 0.0)")
             em.emit("m_new = tl.maximum(m_acc, a)")
@@ -191,8 +198,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("q = tl.where(m_new > 0, a / m_new, 0.0)")
             em.emit("s_acc = s_acc * ratio * ratio + q * q")
             em.emit("m_acc = m_new")
-            em.indent -= 1
-            em.reset()
+            close_loop()
             red_m = em.tmp("tl.max(m_acc, axis=1)[:, None]", "red")
             em.reduced[r.id] = red_m
             ratio = em.tmp(f"tl.where({red_m} > 0, m_acc / {red_m}, 0.0)", "ratio")
@@ -206,10 +212,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             # (the running sum is rescaled once per row and chunk, not per element).
             em.emit("m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)")
             em.emit("s_row = tl.zeros([ROWS, 1], tl.float32)")
-            for line in loop_head:
-                em.emit(line)
-            em.indent += 1
-            em.reset()
+            open_loop()
             gv = em.eval(r.args[0], full)
             em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
             em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
@@ -219,30 +222,21 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("s_row = tl.where(safe, s_row * tl.exp(m_row - m_new), 0.0) "
                     "+ tl.sum(p, axis=1)[:, None]")
             em.emit("m_row = m_new")
-            em.indent -= 1
-            em.reset()
+            close_loop()
             em.reduced[r.id] = em.tmp("m_row", "red")
             em.reduced[s.id] = em.tmp("s_row", "red")
             continue
         em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
-        for line in loop_head:
-            em.emit(line)
-        em.indent += 1
-        em.reset()
+        open_loop()
         v = em.eval(r.args[0], full)
         v = f"({v}).to(tl.float32)" if kind == "sum" else v
         em.emit("acc = " + COMBINE[kind].format(a="acc", b=f"tl.where(mask, {v}, {IDENTITY[kind]})"))
-        em.indent -= 1
-        em.reset()
+        close_loop()
         em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
     if "full" in plan.out_kind:
-        for line in loop_head:
-            em.emit(line)
-        em.indent += 1
-        em.reset()
+        open_loop()
         store_outputs(em, ("full",))
-        em.indent -= 1
-        em.reset()
+        close_loop()
     store_outputs(em, ("row",))
     store_post_inputs(em)
     looped = em.lines

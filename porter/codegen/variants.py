@@ -49,15 +49,10 @@ def _elem(inputs: Sequence[Any], dtype: torch.dtype | None) -> tuple[int, torch.
 
 def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb: int) -> bool:
     """Whether the persistent TMA matmul may be offered: a TMA device, 2-byte operands whose
-    strides TMA can describe (see `heuristics.tma_transposed`)."""
+    strides TMA can describe (`GeneratedOp.tma_layout_ok`)."""
     if hw is None or not hw.has("tma") or hw.build.backend != "triton-cuda" or eb != 2:
         return False
-    for key in ("a", "b"):
-        index, dim_r, dim_c = op._mm[key]
-        t = inputs[index]
-        if heuristics.tma_transposed(t.stride(dim_r), t.stride(dim_c), eb) is None:
-            return False
-    return True
+    return op.tma_layout_ok(inputs, eb)
 
 
 def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],

@@ -11,6 +11,7 @@ import ast
 import hashlib
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -212,24 +213,31 @@ def test_kernelbench_file_without_get_inputs(tmp_path: Path) -> None:
     assert str(p) in str(info.value) and "get_inputs" in str(info.value)
 
 
-def test_unused_size_attribute_keeps_the_model_size_generic() -> None:
-    # 16_RMSNorm stores `self.channels = features` and never reads it: the generated kernel
-    # must not bake in the first traced sizes.
+def _module_traced_at_the_small_size(file: str, name: str) -> tuple[Any, ...]:
+    """(spec, its KernelBench problem, the interpreted module generated at the smallest
+    interpreter size, small, big, generator) for a size-independent KernelBench model."""
     import os
 
     os.environ["TRITON_INTERPRET"] = "1"
     from porter.codegen import generate
     from porter.codegen import load_generated_module
 
-    spec = load_spec(KB_DIR / "16_RMSNorm.py")
+    spec = load_spec(KB_DIR / file)
     kb = kernelbench_problem(spec)
     assert kb._size_independent_model() is not None
     big, small = spec.interpret_shapes[0], spec.interpret_shapes[-1]
     assert big != small
     gen = torch.Generator().manual_seed(0)
     ex = spec.make_inputs(small, torch.float32, torch.device("cpu"), gen)
-    op = generate(spec.reference, ex, name="kb_rms_generic")
-    mod = load_generated_module(op.triton_module_source(), "kb_rms_generic", interpret=True)
+    op = generate(spec.reference, ex, name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=True)
+    return spec, kb, mod, small, big, gen
+
+
+def test_unused_size_attribute_keeps_the_model_size_generic() -> None:
+    # 16_RMSNorm stores `self.channels = features` and never reads it: the generated kernel
+    # must not bake in the first traced sizes.
+    spec, _, mod, _, big, gen = _module_traced_at_the_small_size("16_RMSNorm.py", "kb_rms_generic")
     args = spec.make_inputs(big, torch.float32, torch.device("cpu"), gen)
     torch.testing.assert_close(mod.launch(*args), spec.reference(*args), atol=1e-5, rtol=1e-5)
 
@@ -268,21 +276,8 @@ def test_layernorm_kernel_serves_every_size() -> None:
     # nn.LayerNorm's normalized_shape follows the sizes only through its weight (an input of
     # the reference), so one symbolic kernel must serve both interpreter sizes; before, the
     # trace baked in the first size and the sweep failed on the second.
-    import os
-
-    os.environ["TRITON_INTERPRET"] = "1"
-    from porter.codegen import generate
-    from porter.codegen import load_generated_module
-
-    spec = load_spec(KB_DIR / "18_LayerNorm.py")
-    kb = kernelbench_problem(spec)
-    assert kb._size_independent_model() is not None
-    big, small = spec.interpret_shapes[0], spec.interpret_shapes[-1]
-    assert big != small
-    gen = torch.Generator().manual_seed(0)
-    ex = spec.make_inputs(small, torch.float32, torch.device("cpu"), gen)
-    op = generate(spec.reference, ex, name="kb_ln_generic")
-    mod = load_generated_module(op.triton_module_source(), "kb_ln_generic", interpret=True)
+    spec, kb, mod, small, big, gen = _module_traced_at_the_small_size("18_LayerNorm.py",
+                                                                       "kb_ln_generic")
     for shape in (small, big):
         args = spec.make_inputs(shape, torch.float32, torch.device("cpu"), gen)
         x, w, b = (a.double() for a in args)
