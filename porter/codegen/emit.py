@@ -75,6 +75,17 @@ METAL_DTYPE = {torch.float32: "float", torch.float16: "half", torch.bfloat16: "b
                torch.int8: "char", torch.int16: "short"}
 
 
+def _one_plus_erf_arg(n: Node) -> Node | None:
+    """y when `n` is add(erf(y), 1.0) or add(1.0, erf(y)) of a float y, else None."""
+    if n.attrs.get("fn") != "add" or len(n.args) != 2:
+        return None
+    for a, b in (n.args, n.args[::-1]):
+        if (isinstance(a, Node) and a.op == "pw" and a.attrs.get("fn") == "erf"
+                and not isinstance(b, (Node, bool)) and b == 1.0 and isinstance(a.args[0], Node)):
+            return a.args[0]
+    return None
+
+
 def sym_to_python(expr: Any, symbols: dict[sympy.Symbol, tuple[int, int]]) -> str:
     """Print a sympy size expression as Python over `inputs[k].shape[d]` (for launchers)."""
     expr = sympy.sympify(expr)
@@ -179,6 +190,11 @@ class Emitter:
         self.flat = False  # flat elementwise kernel: loads at `offs`
         self.fixed: dict[int, tuple[tuple[Coord, ...], str]] = {}  # node -> (coords, var): mm acc
         self._n = 0
+        # Compile-time flag of a Triton kernel: every output is fp16/bf16, so erf may take the
+        # cheaper formula of porter/codegen/fastmath.py (the pointers' types decide at JIT time).
+        self.lowp = " and ".join(
+            f"(out{j}_ptr.dtype.element_ty.is_fp16() or out{j}_ptr.dtype.element_ty.is_bf16())"
+            for j in range(len(graph.outputs))) or "False"
 
     # -- small utilities --------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -343,6 +359,12 @@ class Emitter:
 
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]
+        if self.dialect == "triton":
+            erf_arg = _one_plus_erf_arg(n)
+            if erf_arg is not None:
+                # 1 + erf(y) (GELU): one helper, erfc(-y) on 16-bit outputs (see fastmath.py)
+                y = self.eval(erf_arg, self.broadcast_coords(coords, erf_arg.shape), extra)
+                return self.tmp(f"porter_one_plus_erf({y}, {self.lowp})")
         vals = []
         for a in n.args:
             if isinstance(a, Node):
@@ -387,6 +409,8 @@ class Emitter:
             if key not in self.memo:
                 self.memo[key] = self.tmp(self.fn("div").format("1.0", vals[1]), "inv")
             return self.tmp(f"({vals[0]} * {self.memo[key]})")
+        if fn == "erf" and self.dialect == "triton":
+            return self.tmp(f"porter_erf({vals[0]}, {self.lowp})")
         return self.tmp(self.fn(fn).format(*vals))
 
     def _sel(self, cond: str, a: str, b: str) -> str:

@@ -18,6 +18,7 @@ import sympy
 import torch
 
 from porter.codegen import dtypes
+from porter.codegen import fastmath
 from porter.codegen import heuristics
 from porter.codegen import rowwise
 from porter.codegen import variants
@@ -320,7 +321,9 @@ def _common_ctx(name: str, family: str, g: Graph, fusion: FusionReport, args: Ke
           "scalar_args": sorted((i, repr(v)) for i, v in g.scalar_args.items()),
           "out_specs": specs, "dtype_table": dtypes.table_source(table),
           "dtype_rules": dtypes.rules_source(rules),
-          "resolve_source": inspect.getsource(dtypes.resolve_out_dtypes)}
+          "resolve_source": inspect.getsource(dtypes.resolve_out_dtypes),
+          "fastmath_source": fastmath.triton_source() if any(
+              n.op == "pw" and n.attrs.get("fn") == "erf" for n in g.live()) else ""}
     return {"op": op, "kname": "_" + _safe(name), "params": args.declared(),
             "launch_exprs": args.launch_exprs}
 
