@@ -105,3 +105,23 @@ def test_generated_gelu_takes_the_formula_only_for_16_bit_outputs() -> None:
     want32 = 0.5 * x32.double() * (1.0 + torch.erf(x32.double() * (1.0 / math.sqrt(2.0))))
     assert torch.allclose(got32.double(), want32, rtol=1e-6, atol=1e-7)
     assert not torch.equal(got32, model_gelu(x32))  # fp32 output: not the 16-bit formula
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_compiled_gelu_within_one_ulp_on_the_gpu(dtype: torch.dtype) -> None:
+    """On the device the formula runs on approximate rsqrt/exp2 units: every input still within
+    one ulp of the exact GELU (normal range), and no worse than eager anywhere."""
+    op = generate(torch.nn.functional.gelu, (torch.randn(4, 8),), name="gelu_fastmath_gpu")
+    module = load_generated_module(op.triton_module_source(), "gelu_fastmath_gpu", interpret=False)
+    x = all_values(dtype)
+    x = x[: x.numel() // 256 * 256].reshape(-1, 256)
+    got = module.launch(x.cuda()).cpu().flatten()
+    eager = torch.nn.functional.gelu(x.cuda()).cpu().flatten()
+    x = x.flatten()
+    exact = exact_gelu(x)
+    normal = (x.float().abs() >= 1e-37) & (exact.abs() >= 1e-37)
+    assert int(ulp_distance(got[normal], exact[normal].to(dtype)).max()) <= 1
+    ours_off = ulp_distance(got[normal], exact[normal].to(dtype)) > 0
+    eager_off = ulp_distance(eager[normal], exact[normal].to(dtype)) > 0
+    assert int(ours_off.sum()) <= int(eager_off.sum()) + normal.sum() // 100
