@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import ast
 import copy
+import dis
 import logging
 import math
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
@@ -196,7 +198,7 @@ class KernelBenchProblem:
         for _, m in built:
             for mod in m.modules():
                 fwd = getattr(type(mod).forward, "__code__", None)
-                if fwd is not None and sizes & set(fwd.co_names) and \
+                if fwd is not None and sizes & _globals_read(fwd) and \
                         not type(mod).__module__.startswith("torch."):
                     return False
         return True
@@ -335,6 +337,20 @@ def _shape_attrs(model: torch.nn.Module) -> list[tuple[str, str, str]]:
     return out
 
 
+def _globals_read(code: types.CodeType) -> set[str]:
+    """Global names a function (and the lambdas/comprehensions inside it) loads.
+
+    Not ``co_names``: that also lists attribute names, so ``self.dim`` would look like a read
+    of a size global ``dim`` (KernelBench's 24_LogSoftmax has both) and wrongly mark the model
+    as size-dependent, which specializes the traced kernel to one size.
+    """
+    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _globals_read(const)
+    return names
+
+
 def _keep_parity(target: int, original: int) -> int:
     is_pow2 = original > 0 and (original & (original - 1)) == 0
     return target if is_pow2 else (target | 1)
@@ -366,6 +382,10 @@ def _size_globals(path: Path, source: str) -> tuple[tuple[str, ...], tuple[int, 
                 value = ast.literal_eval(node.value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
                 value = _eval_int_expr(node.value, found)
+            if value is None and isinstance(node.value, ast.Tuple):
+                # `input_shape = (8192 * 2,)`: entries written as arithmetic are sizes too.
+                entries = [_eval_int_expr(e, found) for e in node.value.elts]
+                value = tuple(entries) if entries and all(_is_int(v) for v in entries) else None
             if isinstance(value, int) and not isinstance(value, bool):
                 found[node.targets[0].id] = value
             elif isinstance(value, tuple) and value and all(_is_int(v) for v in value):
@@ -407,14 +427,11 @@ def _rewrite_sizes(source: str, sizes: dict[str, int]) -> str:
                 node.value = ast.copy_location(ast.Constant(sizes[name]), node.value)
             elif isinstance(node.value, ast.Tuple) and f"{name}[0]" in sizes:
                 node.value.elts = [
-                    ast.copy_location(ast.Constant(sizes.get(f"{name}[{i}]", _literal(e))), e)
+                    ast.copy_location(ast.Constant(sizes[f"{name}[{i}]"]), e)
+                    if f"{name}[{i}]" in sizes else e
                     for i, e in enumerate(node.value.elts)
                 ]
     return ast.unparse(tree)
-
-
-def _literal(node: ast.expr) -> Any:
-    return ast.literal_eval(node)
 
 
 def load_kernelbench(path: Path) -> OpSpec:

@@ -174,6 +174,10 @@ class _Lowering:
                 self.env[ph] = ex
         for n in gm.graph.nodes:
             if n.op == "call_function":
+                if not n.users and _pure(n):
+                    # Dead values a decomposition leaves behind (batch norm's empty reserve
+                    # buffer): nothing reads them, so nothing needs a template for them.
+                    continue
                 self.env[n] = self.lower(n)
             elif n.op == "output":
                 outs = n.args[0]
@@ -181,6 +185,8 @@ class _Lowering:
                 outs = list(outs) if self.g.tuple_output else [outs]
                 for o in outs:
                     v = self.env[o]
+                    if isinstance(v, _Uncovered):
+                        raise UnsupportedOpError(v.origin, v.reason)
                     if not isinstance(v, Node):
                         raise UnsupportedOpError("output", "an output is not a tensor")
                     self.g.outputs.append(v)
@@ -203,6 +209,10 @@ class _Lowering:
         val = n.meta.get("val")
         if target is operator.getitem:
             return args[0][args[1]]
+        for a in [*args, *kw.values()]:
+            for item in (a if isinstance(a, (list, tuple)) else (a,)):
+                if isinstance(item, _Uncovered):
+                    raise UnsupportedOpError(item.origin, item.reason)
         if not isinstance(target, torch._ops.OpOverload):
             # Python arithmetic on sizes (x.shape[-1] // 2): the symbolic value is all we need.
             if isinstance(val, (torch.SymInt, int, float)):
@@ -311,11 +321,21 @@ class _Lowering:
             return out
         if name == "where":
             return self.pw("where", *args[:3], like=val.dtype, origin=origin)
+        if name in ("max", "min") and isinstance(val, (tuple, list)):
+            # torch.max(x, dim) -> (values, indices): the values are an amax/amin; the indices
+            # stay a marker that fails only if something reads them (`torch.max(x, 1)[0]` works).
+            dim = args[1]
+            keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+            values = self.reduce("max" if name == "max" else "min", x, [dim], keep, origin,
+                                 dtype=val[0].dtype)
+            return (values, _Uncovered(origin, f"the indices of {name} along a dim are not covered "
+                                               "(no template returns an index); use amax/amin for the values"))
+        if name in ("argmax", "argmin"):
+            raise UnsupportedOpError(origin, f"{name} (a reduction that returns an index) is not covered: "
+                                             "no template returns an index")
         if name in ("sum", "amax", "amin", "max", "min", "mean") and isinstance(val, torch.Tensor):
             if name in ("max", "min") and len(args) == 1:
                 dims, keep = [], False
-            elif name in ("max", "min"):
-                raise UnsupportedOpError(origin, "max/min with indices is not covered; use amax")
             else:
                 dims = args[1] if len(args) > 1 and args[1] is not None else kw.get("dim", [])
                 dims = [dims] if isinstance(dims, int) else list(dims or [])
@@ -353,6 +373,24 @@ class _Lowering:
         if name in ("_softmax", "_log_softmax", "softmax", "log_softmax"):
             out = self.softmax(x, args[1], name.endswith("log_softmax"), origin)
             return out if out.dtype == val.dtype else self.pw("cast", out, like=val.dtype)
+        if name == "_native_batch_norm_legit_no_training":
+            # Inference batch norm: per-channel (dim 1) affine from the running statistics.
+            w, b, rm, rv, eps = args[1], args[2], args[3], args[4], args[6]
+            per_c = (x.shape[1], *([1] * (x.rank - 2)))
+
+            def chan(t: Any) -> Any:
+                return None if t is None else self.g.add("reshape", (t,), per_c, t.dtype, origin)
+
+            rstd = self.pw("rsqrt", self.pw("add", chan(rv), eps, like=x, origin=origin), like=x,
+                           origin=origin)
+            y = self.pw("mul", self.pw("sub", x, chan(rm), like=x, origin=origin), rstd, like=x,
+                        origin=origin)
+            if w is not None:
+                y = self.pw("mul", y, chan(w), like=x, origin=origin)
+            if b is not None:
+                y = self.pw("add", y, chan(b), like=x, origin=origin)
+            return (y, _Uncovered(origin, "batch-norm statistics outputs are not covered"),
+                    _Uncovered(origin, "batch-norm statistics outputs are not covered"))
         if name == "native_layer_norm":
             norm_shape, w, b, eps = args[1], args[2], args[3], args[4]
             k = len(norm_shape)
@@ -442,6 +480,21 @@ class _Lowering:
             bias = args[0] if beta == 1 else self.pw("mul", args[0], beta, like=mm)
             return self.pw("add", acc, bias, like=mm, origin=origin)
         raise UnsupportedOpError(origin, "no template covers this aten op")
+
+
+class _Uncovered:
+    """A value the lowering cannot produce; an error only if something reads it."""
+
+    def __init__(self, origin: str, reason: str) -> None:
+        self.origin = origin
+        self.reason = reason
+
+
+def _pure(n: torch.fx.Node) -> bool:
+    target = n.target
+    if isinstance(target, torch._ops.OpOverload):
+        return not target._schema.is_mutable
+    return target is operator.getitem
 
 
 def _broadcast(shapes: list[tuple[Any, ...]]) -> tuple[Any, ...]:
