@@ -199,7 +199,11 @@ class PackedOp:
         exact = [b for b in same_dtype if b["bucket"] == bucket]
         if exact:
             return exact[0]
-        near = sorted(same_dtype, key=lambda b: bucket_distance(b["bucket"], bucket))
+        # Nearest first, but never a narrower row than asked for before a wider one: a config
+        # tuned for narrower rows may hold less than a whole row (single-pass BLOCK_N).
+        width = int(bucket.split("x")[-1])
+        near = sorted(same_dtype, key=lambda b: (int(b["bucket"].split("x")[-1]) < width,
+                                                 bucket_distance(b["bucket"], bucket)))
         if near and bucket_distance(near[0]["bucket"], bucket) != float("inf"):
             return near[0]
         return None

@@ -19,6 +19,7 @@ Pruning rules (each names the limit it enforces):
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -112,12 +113,12 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                         for w in (4, 8):
                             if w not in warps_ok or 128 * bn // (w * warp) > 128:
                                 continue  # the fp32 accumulator alone would take > 128 registers
-                            for flat in (True, False):
+                            for flat, group in itertools.product((True, False), (8, 4, 16)):
                                 # SUBTILE: at 128 accumulator values per thread the
                                 # epilogue runs on two N halves (one pass spilled on sm_90
                                 # and sm_100 with a GELU epilogue; halves did not)
                                 out.append({"strategy": "tma_persistent", "BLOCK_M": 128,
-                                            "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
+                                            "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": group,
                                             "FLATTEN": flat,
                                             "SUBTILE": 128 * bn // (w * warp) >= 128,
                                             "num_warps": w, "num_stages": st})

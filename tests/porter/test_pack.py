@@ -19,9 +19,10 @@ from tests.porter.test_pack_helpers import make_pack
 
 
 @pytest.mark.parametrize(("shape", "bucket"), [
-    ((4096, 4096), "4096x4096"), ((2, 3, 1000), "8x1024"), ((7,), "8"), ((), "1"),
-    ((1, 1), "1x1"), ((123, 781), "128x1024"),
-], ids=["pow2", "3d-collapsed", "1d", "scalar", "ones", "odd"])
+    ((4096, 4096), "4096x4096"), ((2, 3, 1000), "8x1024"), ((7,), "7"), ((), "1"),
+    ((1, 1), "1x1"), ((123, 781), "128x896"), ((16384, 5120), "16384x5120"),
+    ((16384, 8192), "16384x8192"), ((4097, 1537), "8192x1792"), ((3, 4097), "4x5120"),
+], ids=["pow2", "3d-collapsed", "1d", "scalar", "ones", "odd", "5120", "8192", "1537", "4097"])
 def test_shape_bucket(shape: tuple[int, ...], bucket: str) -> None:
     assert shape_bucket(shape) == bucket
 

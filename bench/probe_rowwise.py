@@ -1,0 +1,280 @@
+"""Probe: which code-shape changes to the generated row-wise kernels pay, measured side by side.
+
+A measuring tool for bench/NOTES.md, not a source of kernels: each variant is the porter's own
+generated module with one source transform applied, and only what wins here goes back into the
+emitter (porter/codegen/rowwise.py) so that `porter port` produces it itself.
+
+Transforms (applied to the @triton.jit kernels of the generated module):
+  hoist  loads that depend only on the row coordinates (weights, biases, targets, the
+         cross-entropy gather) moved to the top of the kernel (`hoist_loads` below)
+  i32    32-bit row offsets instead of int64 (valid here: every tensor < 2**31 elements)
+  cs     full-row stores with cache_modifier=".cs" (streaming: evict first)
+  ef     full-row loads in single-pass kernels with eviction_policy="evict_first"
+  all    every transform above
+
+    python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
+
+Per case every variant (x two num_warps) is checked once against the float64 reference, then
+all right variants, eager PyTorch, Liger-Kernel (when installed) and a copy of the same bytes
+are timed interleaved (`harness.timing.compare`: events with a device-side head start, LLC
+flushed every repetition, median of --reps). One JSON line per variant goes to
+<out>/probe.jsonl as each case finishes; a table per case is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from bench.sweep import DTYPES  # noqa: E402
+from bench.sweep import SWEEP_TOL  # noqa: E402
+from bench.sweep import _max_rel_err  # noqa: E402
+from bench.sweep import generated  # noqa: E402
+from bench.sweep import parse_case  # noqa: E402
+
+# The suite's chosen config per case (results/h100-2026-11-22-run2) and one other num_warps.
+CASES: dict[str, list[dict[str, Any]]] = {
+    "softmax:4097x1537:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048, "num_warps": w}
+                               for w in (4, 8)],
+    "rmsnorm:4097x1537:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048, "num_warps": w}
+                               for w in (4, 8)],
+    "layernorm:4097x1537:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
+                                  "num_warps": w} for w in (4, 8)],
+    "layernorm:8192x5120:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
+                                  "num_warps": w} for w in (8, 16)],
+    "layernorm:16384x5120:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
+                                   "num_warps": w} for w in (8, 16)],
+    "layernorm:4096x4096:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096,
+                                  "num_warps": w} for w in (4, 8)],
+    "rmsnorm:4096x4096:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096,
+                                "num_warps": w} for w in (4, 8)],
+    "cross_entropy:4096x32768:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192,
+                                       "num_warps": 8, "num_stages": 2},
+                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
+                                       "num_warps": 32}],
+    "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
+                                      "num_warps": 4, "num_stages": 1},
+                                     {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
+                                      "num_warps": 2}],
+}
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all")
+
+
+_REDUCTIONS = {"sum", "max", "min", "reduce"}  # tl.* calls that end the hoistable prefix
+_ASSIGN = re.compile(r"^    ([A-Za-z_]\w*) = (.+)$")  # a statement at the kernel's top level
+
+
+def hoist_loads(lines: list[str]) -> list[str]:
+    """Move every top-level statement that depends on no reduction (loads of weights, biases,
+    targets and what indexes them) to the start of the kernel body.
+
+    The idea: Triton issues loads where they are written and does not move them across a
+    reduction (a barrier), so a weight or target load written after the reductions adds a
+    memory round trip to each row. Measured on an H100 it did not pay (layernorm at width 5120
+    ran 16-32% slower: the hoisted weights stay live across both reductions), so the emitter
+    does not do it; the transform stays here to re-measure. Only names assigned once are moved (a loop accumulator
+    re-initialised before a second loop must stay where it is), and the hoisted statements
+    keep their order, so the result computes the same values.
+    """
+    assigned = Counter(m.group(1) for ln in lines if (m := re.match(r"^\s*([A-Za-z_]\w*) = ", ln)))
+    pending = set(assigned)  # names the body defines: not available until hoisted
+    hoisted: list[str] = []
+    rest: list[str] = []
+    for ln in lines:
+        m = _ASSIGN.match(ln)
+        if m and assigned[m.group(1)] == 1:
+            try:
+                expr = ast.parse(m.group(2), mode="eval")
+            except SyntaxError:
+                rest.append(ln)
+                continue
+            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
+            reduces = any(isinstance(n, ast.Attribute) and n.attr in _REDUCTIONS
+                          for n in ast.walk(expr))
+            if not reduces and not names & pending:
+                hoisted.append(ln)
+                pending.discard(m.group(1))
+                continue
+        rest.append(ln)
+    return hoisted + rest
+
+
+def _kernel_spans(source: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of each @triton.jit function's body."""
+    spans = []
+    for m in re.finditer(r"@triton\.jit\ndef \w+\((?:.|\n)*?\):\n", source):
+        end = source.find("\n\n\n", m.end())
+        spans.append((m.end(), end if end >= 0 else len(source)))
+    return spans
+
+
+def _edit_kernels(source: str, edit: Callable[[str, str], str]) -> str:
+    """Apply edit(kernel_name, body) to each kernel body."""
+    out, last = [], 0
+    for start, end in _kernel_spans(source):
+        name = re.findall(r"def (\w+)\(", source[:start])[-1]
+        out += [source[last:start], edit(name, source[start:end])]
+        last = end
+    out.append(source[last:])
+    return "".join(out)
+
+
+def transform(source: str, which: str) -> str:
+    todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
+
+    def edit(name: str, body: str) -> str:
+        if name.endswith("_post_kernel"):
+            return body
+        if "hoist" in todo:
+            lines = body.split("\n")
+            # keep the prelude (pid, rows, row_mask, cols, mask, row coordinates) first
+            cut = max(i for i, ln in enumerate(lines) if re.match(
+                r"^    (pid|rows|row_mask|cols|mask|r\d+) = ", ln)) + 1
+            body = "\n".join(lines[:cut] + hoist_loads(lines[cut:]))
+        if "i32" in todo:
+            body = body.replace("tl.arange(0, ROWS)[:, None]).to(tl.int64)",
+                                "tl.arange(0, ROWS)[:, None])")
+        if "cs" in todo:
+            body = re.sub(r"(tl\.store\(.*mask=mask)\)", r'\1, cache_modifier=".cs")', body)
+        if "ef" in todo and name.endswith("_single_pass_kernel"):
+            body = re.sub(r"(tl\.load\([^\n]*cols[^\n]*mask=mask, other=0\.0)\)",
+                          r'\1, eviction_policy="evict_first")', body)
+        return body
+
+    return _edit_kernels(source, edit)
+
+
+def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int) -> list[dict[str, Any]]:
+    from bench.suite import liger_provider
+    from harness.timing import compare
+    from porter.codegen import load_generated_module
+
+    op_name, shape, dname = parse_case(text)
+    dtype = DTYPES[dname]
+    spec, gen_op = generated(op_name)
+    base_src = gen_op.triton_module_source()
+    dev = torch.device("cuda")
+    rows: list[dict[str, Any]] = []
+    providers: dict[str, Callable[..., Any]] = {}
+    t0 = time.time()
+    for which in TRANSFORMS:
+        src = transform(base_src, which)
+        if which != "base" and src == base_src:
+            continue  # the transform changes nothing in this op
+        module = load_generated_module(src, f"probe_{op_name}_{which}", interpret=False)
+        for cfg in configs:
+            cfg = {"num_stages": 1, "dtype": dname, **cfg}
+            key = f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]}"
+            row = {"case": text, "variant": which, "config": cfg, "key": key}
+            rows.append(row)
+            try:
+                inputs = spec.make_inputs(shape, dtype, dev, torch.Generator(dev).manual_seed(7))
+                want = spec.reference(*[x.double() if isinstance(x, torch.Tensor) and
+                                        x.is_floating_point() else x for x in inputs])
+                err = _max_rel_err(module.launch(*inputs, config=cfg), want)
+            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
+                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+                continue
+            row["max_rel_err"] = err
+            if err > SWEEP_TOL[dname]:
+                row["error"] = f"wrong: max error {err:.2e}"
+                continue
+            providers[key] = (lambda *a, _m=module, _c=cfg: _m.launch(*a, config=_c))
+    print(f"[{text}] {len(providers)} variants compiled and checked in {time.time() - t0:.0f} s",
+          flush=True)
+    providers["eager"] = spec.reference
+    lig = liger_provider(op_name)
+    if lig is not None:
+        providers["liger"] = lig
+    # A copy moving as many bytes as the op must (inputs read once, outputs written once).
+    meta = spec.make_inputs(shape, dtype, torch.device("meta"), torch.Generator().manual_seed(0))
+    outs = spec.reference(*meta)
+    outs = outs if isinstance(outs, (tuple, list)) else [outs]
+    nbytes = sum(x.numel() * x.element_size() for x in [*meta, *outs] if isinstance(x, torch.Tensor))
+    copy_src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=dev)
+    copy_dst = torch.empty_like(copy_src)
+    providers["copy"] = lambda *a: copy_dst.copy_(copy_src)
+
+    def make_args() -> tuple[Any, ...]:
+        return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
+
+    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=False)
+    for name, t in cmp.timings.items():
+        row = next((r for r in rows if r["key"] == name), None)
+        if row is None:
+            row = {"case": text, "variant": name, "key": name}
+            rows.append(row)
+        row.update(median_us=t.median_ms * 1e3, p20_us=t.p20_ms * 1e3, p80_us=t.p80_ms * 1e3,
+                   vs_base=None)
+    base_keys = [r["key"] for r in rows if r["variant"] == "base" and "median_us" in r]
+    for r in rows:
+        if "median_us" in r and base_keys:
+            same_cfg = [k for k in base_keys if k.split(" ", 1)[1] == r["key"].split(" ", 1)[-1]]
+            ref = same_cfg[0] if same_cfg else base_keys[0]
+            r["vs_base"] = cmp.ratio(r["key"], ref).median
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    from tabulate import tabulate
+
+    timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
+    print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
+                     "-" if r.get("vs_base") is None else f"{r['vs_base']:.3f}", r["key"]]
+                    for r in timed], headers=["us", "p20-p80", "t/base", "variant"]))
+    for r in rows:
+        if r.get("error"):
+            print(f"  {r['key']}: {r['error']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,... (from CASES)")
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+
+    import hwmodels
+    from harness import env_info
+    from harness.timing import require_gpu
+
+    require_gpu()
+    det = hwmodels.detect()
+    if det.model is None:
+        raise SystemExit("probe: the local GPU matches no hardware model in hwmodels/devices/")
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"meta": True, "device": det.device_name, "hw_model": det.model.name,
+            "versions": env_info.versions(), "reps": args.reps,
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO)}
+    print(json.dumps(meta), flush=True)
+    with (args.out / "probe.jsonl").open("a") as sink:
+        sink.write(json.dumps(meta) + "\n")
+        for text in args.cases.split(","):
+            if text not in CASES:
+                raise SystemExit(f"probe: unknown case {text!r}; known: {', '.join(CASES)}")
+            rows = probe_case(text, CASES[text], det.model, args.reps)
+            for r in rows:
+                sink.write(json.dumps(r, default=str) + "\n")
+            sink.flush()
+            print(f"== {text}")
+            print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
