@@ -209,6 +209,42 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def suite_units(op: str) -> list[tuple[tuple[int, ...], Any]]:
+    """The (shape, dtype) units the suite measures for an op: bf16 shapes, then fp16/fp32."""
+    import torch
+
+    cfg = OPS[op]
+    units = [(s, torch.bfloat16) for s in cfg["shapes"]]
+    return units + [(s, d) for s in cfg["extra_dtypes"] for d in (torch.float16, torch.float32)]
+
+
+def resume_rows(rows_path: Path, meta: dict[str, Any]) -> tuple[list[dict[str, Any]], set[str]]:
+    """Rows of an earlier, interrupted or partial run in the same folder, and the ops it
+    finished (a "ported" row for every unit). Rows of unfinished ops are dropped from the file
+    (those ops run again whole); `meta` keeps the first run's date and lists each resumption."""
+    if not rows_path.exists():
+        return [], set()
+    import torch
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    done = set()
+    for op in {r["op"] for r in rows} & set(OPS):
+        have = {(tuple(r["shape"]), r["dtype"]) for r in rows
+                if r["op"] == op and r["provider"] == "ported"}
+        want = {(tuple(s), names[d]) for s, d in suite_units(op)}
+        if want <= have:
+            done.add(op)
+    kept = [r for r in rows if r["op"] in done]
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+    old_meta = rows_path.with_name("meta.json")
+    if old_meta.exists() and kept:
+        first = json.loads(old_meta.read_text())
+        meta["resumed"] = [*first.get("resumed", []), meta["date"]]
+        meta["date"] = first.get("date", meta["date"])
+    return kept, done
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--ops", default=",".join(OPS), help="comma-separated example ops")
@@ -250,16 +286,25 @@ def main(argv: list[str] | None = None) -> int:
                       "random normal inputs; our kernels loaded from the pack `porter port` wrote "
                       "on this device",
             "liger": _liger_version()}
-    (out / "meta.json").write_text(json.dumps(meta, indent=2))
     rows_path = out / "rows.jsonl"
-    all_rows: list[dict[str, Any]] = []
+    ops = [o.strip() for o in args.ops.split(",") if o.strip()]
+    unknown = [o for o in ops if o not in OPS]
+    if unknown:
+        print(f"unknown op(s) {', '.join(unknown)}; the suite has {', '.join(OPS)}", file=sys.stderr)
+        return 2
+    all_rows, done_ops = resume_rows(rows_path, meta)
+    if done_ops:
+        print(f"resuming {out}: {', '.join(sorted(done_ops))} already measured "
+              f"(first run {meta['date']}); their rows are kept", flush=True)
+    (out / "meta.json").write_text(json.dumps(meta, indent=2))
     t0 = time.time()
-    for op in [o.strip() for o in args.ops.split(",") if o.strip()]:
+    for op in ops:
+        if op in done_ops:
+            continue
         cfg = OPS[op]
         spec_path = REPO / "examples" / op / "spec.py"
         spec = load_spec(spec_path)
-        units = [(s, torch.bfloat16) for s in cfg["shapes"]]
-        units += [(s, d) for s in cfg["extra_dtypes"] for d in (torch.float16, torch.float32)]
+        units = suite_units(op)
         print(f"[{time.time() - t0:6.0f}s] {op}: porting for {hw.name} "
               f"({len(units)} shape x dtype units)", flush=True)
         result = port(spec_path, [hw.name], out / "packs", run_dir=out / "runs" / op,

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
+from bench.suite import resume_rows
+from bench.suite import suite_units
 from bench.suite import summarize
 
 META = {"device": "TestGPU", "hw_model": "h100", "date": "2026-11-22", "versions": {},
@@ -36,3 +40,18 @@ def test_memory_bound_row_is_measured_against_a_same_size_copy() -> None:
     assert [c.strip() for c in table_row.split("|")][9] == "80"  # % of copy: 0.200 / 0.250
     assert "rmsnorm 16384x8192 bf16: 85.0% (a copy of as many bytes: 95.0%)" in text
     assert "of cuBLAS" not in text
+
+
+def test_resume_keeps_finished_ops_and_drops_partial_ones(tmp_path: Path) -> None:
+    rows = [{"op": "gelu", "provider": p, "shape": list(s), "dtype": "bf16"}
+            for s, _ in suite_units("gelu") for p in ("ported", "eager")]
+    rows.append({"op": "rmsnorm", "provider": "ported", "shape": [4096, 4096], "dtype": "bf16"})
+    rows_path = tmp_path / "rows.jsonl"
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "meta.json").write_text(json.dumps({"date": "first"}))
+    meta = {"date": "second"}
+    kept, done = resume_rows(rows_path, meta)
+    assert done == {"gelu"}  # rmsnorm has one of its units: it runs again whole
+    assert len(kept) == 2 * len(suite_units("gelu"))
+    assert len(rows_path.read_text().splitlines()) == len(kept)
+    assert meta == {"date": "first", "resumed": ["second"]}
