@@ -250,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ops", default=",".join(OPS), help="comma-separated example ops")
     ap.add_argument("--out", required=True, help="results folder (created)")
     ap.add_argument("--reps", type=int, default=50, help="timed repetitions per provider")
-    ap.add_argument("--max-variants", type=int, default=6, help="port search cap per bucket")
+    ap.add_argument("--max-variants", type=int, default=8, help="port search cap per bucket")
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile baseline")
     ap.add_argument("--graph", action="store_true",
                     help="CUDA-graph timing (launch-inclusive, LLC flushed only between replays); "

@@ -180,7 +180,8 @@ def _knobs(
         preferred["num_stages"] = 3 if hw.vendor == "nvidia" else 2
         note = "compute-bound: tile sizes and pipelining decide; aim for the matrix units"
     else:
-        knobs = ["BLOCK_N", "num_warps", "ROWS", "num_stages", "strategy"]
+        # BLOCK: the flat elementwise kernel's block (row-wise kernels have BLOCK_N instead)
+        knobs = ["BLOCK_N", "BLOCK", "num_warps", "ROWS", "num_stages", "strategy"]
         per_thread = ELEMS_PER_THREAD if _pow2_ceil(width) <= 4096 else ELEMS_PER_THREAD_WIDE
         threads = max(hw.warp_size, _pow2_ceil(width) // per_thread)
         max_warps = max(1, int(hw.limits.max_threads_per_block.value) // hw.warp_size)
