@@ -1,11 +1,14 @@
 """Run the porter's interpreted-tier check on every KernelBench problem file in a folder.
 
     python bench/kernelbench_dir.py DIR --out RESULTS.md [--jobs N] [--timeout S]
+    python bench/kernelbench_dir.py DIR --out RESULTS.md --port h100,mi300x
 
 Each ``DIR/*.py`` is judged in its own subprocess (one crash or hang costs one row, never the
 run) exactly as ``porter check FILE`` does on a CPU: the file is loaded as-is, its sizes are
 reduced for the Triton interpreter, porter.codegen generates the kernel, and the harness runs
-its five stages. One JSON line per file is appended to ``RESULTS.jsonl`` (next to the output)
+its five stages. With ``--port TARGETS`` each file goes through ``porter port FILE --targets
+TARGETS`` instead (search, cross-compile for each target, the same judge; a pack per file under
+``packs/`` beside the output), and the row records the tier each target reached. One JSON line per file is appended to ``RESULTS.jsonl`` (next to the output)
 as soon as it is known, so an interrupted run continues where it stopped: files already in the
 jsonl are skipped. The markdown table is rewritten from the jsonl after every file.
 """
@@ -107,6 +110,33 @@ def check_one(path: Path) -> dict[str, Any]:
     return row
 
 
+def port_one(path: Path, targets: list[str], packs: Path) -> dict[str, Any]:
+    """`porter port FILE --targets ...` on a CPU; the tier per target. Never raises."""
+    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+    from porter.errors import PorterError
+    from porter.port import port
+
+    row: dict[str, Any] = {"file": path.name, "kind": kb_family(path), "targets": targets}
+    try:
+        result = port(path, targets, packs, run_dir=packs.parent / "runs" / path.stem,
+                      store_path=packs.parent / "results.sqlite")
+    except PorterError as exc:
+        row.update(verdict="fail", failed_at="port", reason=_one_line(exc), template="not covered")
+        return row
+    except Exception as exc:  # noqa: BLE001 - a traceback is itself the finding: record it
+        row.update(verdict="crash", failed_at="port", reason=f"{type(exc).__name__}: {_one_line(exc)}",
+                   template="?")
+        return row
+    tiers = {t.target: t.tier for t in result.targets}
+    row["tiers"] = tiers
+    row["template"] = result.fusion.get("text", "?") if isinstance(result.fusion, dict) else "?"
+    reached = all(t in ("interpreted", "measured") for t in tiers.values())
+    row.update(verdict="pass" if reached else "fail", failed_at=None if reached else "tier",
+               reason="" if reached else ", ".join(f"{k}: {v}" for k, v in tiers.items()))
+    return row
+
+
 def _one_line(exc: Any) -> str:
     text = " ".join(str(exc).split())
     return text if len(text) <= 240 else text[:237] + "..."
@@ -117,10 +147,10 @@ def _one_line(exc: Any) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def run_file(path: Path, timeout: float) -> dict[str, Any]:
+def run_file(path: Path, timeout: float, port_args: list[str] | None = None) -> dict[str, Any]:
     """One file in a fresh interpreter, with a wall-clock limit."""
     start = time.monotonic()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(path)]
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(path), *(port_args or [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
@@ -150,6 +180,8 @@ def load_done(jsonl: Path) -> dict[str, dict[str, Any]]:
 
 
 def verdict_text(row: dict[str, Any]) -> str:
+    if row["verdict"] == "pass" and "tiers" in row:
+        return "PASS (" + ", ".join(f"{k}: {v}" for k, v in row["tiers"].items()) + ")"
     if row["verdict"] == "pass":
         return "PASS (all 5 stages)"
     return f"FAIL at {row.get('failed_at')}: {row.get('reason', '')}"
@@ -188,13 +220,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, help="markdown table to write (jsonl kept beside it)")
     ap.add_argument("--jobs", type=int, default=1, help="files checked at once (default 1)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per file (default 600)")
+    ap.add_argument("--port", metavar="TARGETS",
+                    help="run `porter port` for these targets (comma-separated) instead of the check")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child's mode
+    ap.add_argument("--packs", type=Path, help=argparse.SUPPRESS)  # the child's packs folder
     args = ap.parse_args(argv)
     if args.one is not None:
         import logging
 
         logging.basicConfig(level=logging.WARNING)
-        print(json.dumps(check_one(args.one)), flush=True)
+        if args.port:
+            row = port_one(args.one, args.port.split(","), args.packs)
+        else:
+            row = check_one(args.one)
+        print(json.dumps(row), flush=True)
         return 0
     if args.dir is None or args.out is None:
         ap.error("DIR and --out are required")
@@ -210,7 +249,9 @@ def main(argv: list[str] | None = None) -> int:
           file=sys.stderr)
     rows = dict(done)
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = {pool.submit(run_file, f, args.timeout): f for f in todo}
+        port_args = (["--port", args.port, "--packs", str(args.out.parent.resolve() / "packs")]
+                     if args.port else None)
+        futures = {pool.submit(run_file, f, args.timeout, port_args): f for f in todo}
         for i, fut in enumerate(as_completed(futures), 1):
             row = fut.result()
             with jsonl.open("a", encoding="utf-8") as fh:
