@@ -60,6 +60,16 @@ def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     return {"strategy": "flat", "BLOCK": block, "num_warps": warps, "num_stages": 1}
 
 
+def fold_config(n_rows):
+    """Block and warps of the one-program kernel that folds per-row values (a loss's mean).
+
+    One program reads every row's value, so its time is load latency: a block as wide as the
+    rows (up to 8192) issues all loads at once instead of one 1024-block after another.
+    """
+    block = min(max(_next_pow2(n_rows), 1024), 8192)
+    return {"BLOCK": block, "num_warps": min(max(block // 512, 4), 16)}
+
+
 def tma_transposed(stride_r, stride_c, elem_bytes):
     """How a TMA descriptor can describe a 2-D operand viewed as [R, C] with strides (r, c).
 

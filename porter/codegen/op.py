@@ -216,7 +216,7 @@ class GeneratedOp:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
             sig: dict[str, str] = {}
-            consts = {c: _const_value(c, config, inputs) for c in k.constexprs}
+            consts = {c: _const_value(c, config, inputs, ints) for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
                 if kind.startswith("cstride:"):
                     _, who, d = kind.split(":")
@@ -277,7 +277,8 @@ def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:
     return transposed
 
 
-def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> Any:
+def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
+                 ints: dict[str, int]) -> Any:
     if name == "FLATTEN":
         return bool(config.get("FLATTEN", True))  # the launcher's defaults too
     if name == "SUBTILE":
@@ -286,8 +287,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any]) -> An
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
-    if name == "BLOCK" and "BLOCK" not in config:
-        return 1024  # the post kernel's fixed block
+    if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
+        return heuristics.fold_config(int(ints["n_rows"]))["BLOCK"]
     return config[name]
 
 
@@ -409,7 +410,7 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
-        heuristics=_heuristics_source(heuristics.rowwise_default))
+        heuristics=_heuristics_source(heuristics.rowwise_default, heuristics.fold_config))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     kernels = [

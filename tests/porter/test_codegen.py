@@ -20,6 +20,7 @@ import torch.nn.functional as F  # noqa: E402
 from porter.codegen import GeneratedOp  # noqa: E402
 from porter.codegen import UnsupportedOpError  # noqa: E402
 from porter.codegen import generate  # noqa: E402
+from porter.codegen import heuristics  # noqa: E402
 from porter.codegen import load_generated_module  # noqa: E402
 from porter.codegen.checks import torch_math_calls  # noqa: E402
 
@@ -214,6 +215,20 @@ def test_cross_entropy_two_stage(dtype: torch.dtype) -> None:
     op = check(cross_entropy, (x, t), "cross_entropy", dtype)
     src = op.triton_module_source()
     assert "_post_kernel" in src and op.fusion.kernels == 2
+
+
+def test_fold_over_more_rows_than_one_block() -> None:
+    # The fold kernel's block covers up to 8192 rows (heuristics.fold_config); 9001 rows make it
+    # loop, and every row must count once (a skipped or doubled block shifts the mean).
+    def mse(a, b):
+        return ((a - b) ** 2).mean()
+
+    a, b = rand(9001, 3), rand(9001, 3, seed=1)
+    op = check(mse, (a, b), "mse_fold", torch.float32)
+    (post,) = [r for r in op.kernel_refs((a, b)) if r.name.endswith("_post_kernel")]
+    assert post.constexprs["BLOCK"] == 8192
+    assert heuristics.fold_config(4096) == {"BLOCK": 4096, "num_warps": 8}
+    assert heuristics.fold_config(7) == {"BLOCK": 1024, "num_warps": 4}
 
 
 @pytest.mark.parametrize(("dim", "keepdim", "kind"), [
