@@ -192,7 +192,8 @@ def write_table(rows: list[dict[str, Any]], out: Path) -> None:
     rows = sorted(rows, key=lambda r: sort_key(Path(r["file"])))
     mem = [r for r in rows if r["kind"] in MEMORY_BOUND]
     # Rows from --port carry the tier each target reached; the others ran the five-stage check.
-    passed = ("port with every target at the interpreted tier or above" if any("tiers" in r for r in rows)
+    ported = any("tiers" in r for r in rows)
+    passed = ("port with every target at the interpreted tier or above" if ported
               else "pass all five stages")
     lines = [
         f"{len(rows)} files, {len(mem)} memory-bound; "
