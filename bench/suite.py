@@ -224,15 +224,14 @@ def resume_rows(rows_path: Path, meta: dict[str, Any]) -> tuple[list[dict[str, A
     (those ops run again whole); `meta` keeps the first run's date and lists each resumption."""
     if not rows_path.exists():
         return [], set()
-    import torch
+    from harness.roofline import dtype_key  # the rows' own dtype names
 
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
     done = set()
     for op in {r["op"] for r in rows} & set(OPS):
         have = {(tuple(r["shape"]), r["dtype"]) for r in rows
                 if r["op"] == op and r["provider"] == "ported"}
-        want = {(tuple(s), names[d]) for s, d in suite_units(op)}
+        want = {(tuple(s), dtype_key(d)) for s, d in suite_units(op)}
         if want <= have:
             done.add(op)
     kept = [r for r in rows if r["op"] in done]
