@@ -902,7 +902,7 @@ def _config_fits(gen_op: Any, hw: Any, inputs: tuple[Any, ...], config: dict[str
     import torch
 
     first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
-    if first is None or config.get("strategy") != "single_pass" or "BLOCK_N" not in config:
+    if first is None or config.get("strategy") not in ("single_pass", "persistent") or "BLOCK_N" not in config:
         return True
     return int(config["BLOCK_N"]) >= int(first.shape[-1])
 

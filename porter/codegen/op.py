@@ -285,6 +285,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("SUBTILE", False))
     if name == "IEEE":
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
+    if name == "STAGES":  # the persistent row kernel's loop stages
+        return int(config.get("num_stages", 1))
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
@@ -418,6 +420,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                    ("ROWS", "BLOCK_N"), ("single_pass",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N"), ("looped",), tuple(args.launch_exprs)),
+        KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "STAGES"), ("persistent",), tuple(args.launch_exprs)),
     ]
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),

@@ -5,6 +5,11 @@ Pruning rules (each names the limit it enforces):
   wide, so num_warps <= 16 there; Apple threadgroups hold 1024 threads).
 - registers: a single-pass row keeps ROWS*BLOCK_N fp32 values live; more than 128 per thread
   spills (255 registers, a few live temporaries each).
+- persistent: the single-pass tile in a grid of PROGRAMS_PER_SM programs per SM, each looping
+  over row blocks with 3 or 4 stages so the next blocks' loads are in flight (2 stages measured
+  slower than 3 wherever 3 fit, bench/NOTES.md item 16); whether the stages' shared memory fits
+  is left to the compile check (which loads Triton pipelines, and so how much shared memory a
+  stage takes, is the compiler's choice).
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
@@ -142,6 +147,13 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                         for st in ((1,) if strategy == "single_pass" else (1, 2)):
                             out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
                                         "num_warps": w, "num_stages": st})
+                        if strategy == "single_pass":
+                            # the same tile, each program walking row blocks with the next
+                            # block's loads pipelined (stages) while this one is reduced
+                            for st, per_sm in itertools.product((3, 4), (1, 2)):
+                                out.append({"strategy": "persistent", "ROWS": rows,
+                                            "BLOCK_N": block, "num_warps": w, "num_stages": st,
+                                            "PROGRAMS_PER_SM": per_sm})
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:

@@ -59,8 +59,12 @@ def assert_close(got: tuple[torch.Tensor, ...], ref: tuple[torch.Tensor, ...],
     assert len(got) == len(ref)
     for g, r in zip(got, ref, strict=True):
         assert g.shape == r.shape, (g.shape, r.shape)
-        err = (g.double() - r).abs()
-        bad = err > atol + rtol * r.abs()
+        g64 = g.double()
+        err = (g64 - r).abs()
+        # written so that NaN fails (a poisoned `out` element left unwritten is NaN), unless
+        # the reference has NaN or the same infinity there
+        ok = (err <= atol + rtol * r.abs()) | (g64.isnan() & r.isnan()) | (g64 == r)
+        bad = ~ok
         if bad.any():
             idx = bad.nonzero()[0].tolist()
             pytest.fail(f"mismatch at {idx}: got {g[tuple(idx)].item()} want "
@@ -267,6 +271,25 @@ def test_looped_strategy_forced_on_small_row(fn: Callable[..., Any]) -> None:
     op = check(fn, args, f"{fn.__name__}_looped", torch.float32, config=cfg)
     if fn is softmax:
         assert "m_new" in op.triton_module_source()  # max and sum(exp) share one online pass
+
+
+@pytest.mark.parametrize("fn", [layernorm, softmax, add_rmsnorm, cross_entropy],
+                         ids=["layernorm", "softmax", "add_rmsnorm_two_outputs", "ce_fold"])
+def test_persistent_strategy_walks_every_row_block(fn: Callable[..., Any]) -> None:
+    # 23 rows in blocks of 2 = 12 blocks over the interpreter's 4 programs: each program walks
+    # three blocks and the last block is half full; a skipped or repeated block shows in `out`,
+    # which starts as NaN.
+    x = rand(23, 37)
+    args: tuple[Any, ...] = {layernorm: (x, rand(37, seed=1), rand(37, seed=2)),
+                             add_rmsnorm: (x, rand(23, 37, seed=1), rand(37, seed=2)),
+                             cross_entropy: (x, torch.randint(0, 37, (23,),
+                                                              generator=torch.Generator().manual_seed(1))),
+                             }.get(fn, (x,))
+    cfg = {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2,
+           "PROGRAMS_PER_SM": 2}
+    check(fn, args, f"{fn.__name__}_persistent", torch.float32, config=cfg, use_out=True)
+    with pytest.raises(ValueError, match="persistent needs BLOCK_N >= 37"):
+        run_generated(fn, args, f"{fn.__name__}_persistent_short", {**cfg, "BLOCK_N": 32})
 
 
 def test_multi_row_strategy() -> None:
