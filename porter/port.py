@@ -871,12 +871,18 @@ def _check_child() -> None:
                       "tolerances": report.tolerances}))
 
 
+# Rowwise strategies whose block holds the whole row (BLOCK_N >= the row's length).
+ONE_BLOCK_STRATEGIES = ("single_pass", "persistent")
+
+
 class _refitting_candidate:  # noqa: N801 - used like a function
     """The generated launcher with one config, as a harness candidate (out contract).
 
     A bucket's config pins size knobs (BLOCK_N) for its GPU-size shape; at the judge's other
     shapes those are re-derived the way the launcher would, and every other knob (strategy,
-    ROWS, warps, ...) stays as tested. `refitted` lists the shapes where that happened.
+    ROWS, warps, ...) stays as tested, unless the row is too long for one block, where the
+    launcher's own (looped) config runs, as the pack's loader does. `refitted` lists the shapes
+    where either happened.
     """
 
     def __init__(self, module: Any, gen_op: Any, hw: Any, config: dict[str, Any]) -> None:
@@ -892,7 +898,12 @@ class _refitting_candidate:  # noqa: N801 - used like a function
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is not None and not _config_fits(self.gen_op, self.hw, inputs, cfg):
             fresh = self.gen_op.default_config(self.hw, tuple(inputs), first.dtype)
-            cfg = {**cfg, **{k: v for k, v in fresh.items() if k in SIZE_KNOBS}}
+            if fresh.get("strategy") in ONE_BLOCK_STRATEGIES:
+                cfg = {**cfg, **{k: v for k, v in fresh.items() if k in SIZE_KNOBS}}
+            else:
+                # The row needs the looped kernel: the launcher's own config, as the loader
+                # runs it (a one-block config with a looped BLOCK_N is no config at all).
+                cfg = fresh
             self.refitted.append(tuple(first.shape))
         return self.module.launch(*inputs, out=out, config=cfg)
 
@@ -902,7 +913,8 @@ def _config_fits(gen_op: Any, hw: Any, inputs: tuple[Any, ...], config: dict[str
     import torch
 
     first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
-    if first is None or config.get("strategy") not in ("single_pass", "persistent") or "BLOCK_N" not in config:
+    if (first is None or config.get("strategy") not in ONE_BLOCK_STRATEGIES
+            or "BLOCK_N" not in config):
         return True
     return int(config["BLOCK_N"]) >= int(first.shape[-1])
 

@@ -89,3 +89,33 @@ def test_port_errors_exit_2(tmp_path: Path) -> None:
     res = CliRunner().invoke(port_cmd, [str(bad), "--targets", "h100", "--run-dir",
                                         str(tmp_path / "r2")])
     assert res.exit_code == 2 and "bad.py" in res.output
+
+
+def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row() -> None:
+    # A cross-entropy bucket tuned at short rows keeps a one-block config; the judge also runs
+    # it at rows too long for one block (the launcher's default there is looped), where it must
+    # run the launcher's own config, not a one-block strategy with a looped BLOCK_N.
+    import torch.nn.functional as F
+
+    import hwmodels
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+    from porter.port import _refitting_candidate
+
+    def ce(x, t):
+        return F.cross_entropy(x, t)
+
+    g = torch.Generator().manual_seed(0)
+    small = (torch.randn(7, 33, generator=g), torch.randint(0, 33, (7,), generator=g))
+    op = generate(ce, small, name="ce_refit")
+    module = load_generated_module(op.triton_module_source(), "ce_refit", interpret=True)
+    for strategy in ("single_pass", "persistent"):
+        cfg = {"strategy": strategy, "ROWS": 1, "BLOCK_N": 64, "num_warps": 2, "num_stages": 3}
+        cand = _refitting_candidate(module, op, hwmodels.get("h100"), cfg)
+        wide = (torch.randn(3, 20000, generator=g), torch.randint(0, 20000, (3,), generator=g))
+        got = cand(*wide)
+        assert cand.refitted == [(3, 20000)]
+        torch.testing.assert_close(got, ce(*wide), rtol=1e-4, atol=1e-4)
+        narrow = (torch.randn(5, 100, generator=g), torch.randint(0, 100, (5,), generator=g))
+        torch.testing.assert_close(cand(*narrow), ce(*narrow), rtol=1e-4, atol=1e-4)
+        assert cand.refitted == [(3, 20000), (5, 100)]
