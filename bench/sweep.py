@@ -204,7 +204,9 @@ def print_table(rows: list[dict[str, Any]], top: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", required=True, help="OP:SHAPE:DTYPE,... e.g. softmax:4096x4096:bf16")
-    ap.add_argument("--where", action="append", default=[], help="KEY=VALUE filter on configs; VALUE may list alternatives: strategy=looped|persistent")
+    ap.add_argument("--where", action="append", default=[],
+                    help="KEY=VALUE filter on configs; VALUE may list alternatives: "
+                         "strategy=looped|persistent")
     ap.add_argument("--limit", type=int, default=None, help="at most this many configs per case")
     ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1))
     ap.add_argument("--reps", type=int, default=20)

@@ -359,3 +359,9 @@ def test_softmax_divides_by_a_per_row_reciprocal() -> None:
     other = check(ratio, (rand(9, 70),), "ratio", torch.float32)
     body = other.triton_module_source()
     assert "inv" not in body[body.index("_single_pass_kernel("):body.index("_looped_kernel(")]
+
+
+def test_unknown_strategy_is_named() -> None:
+    with pytest.raises(ValueError, match="unknown strategy 'split'"):
+        run_generated(softmax, (rand(3, 8),), "softmax_bad_strategy",
+                      {"strategy": "split", "ROWS": 1, "BLOCK_N": 8, "num_warps": 1})
