@@ -66,6 +66,11 @@ CPU_MAX_CHECKS = 6
 # slower at the median by more than 3% (and in at least 80% of paired repetitions).
 PREFER_REFERENCE_BELOW = 0.97
 
+# Repetitions of the on-device timing (candidates side by side, then the winner beside eager).
+# At 20, configs 4% apart at a 15 us shape swapped places between runs (bench/NOTES.md item 18);
+# a repetition costs about a quarter millisecond (head start and LLC flush included).
+DEVICE_REPS = 50
+
 
 class PortError(PorterError):
     """The port cannot start: unknown target, or a spec/op the porter cannot handle."""
@@ -701,7 +706,7 @@ class _Porter:
             # All candidates timed interleaved in one comparison (same inputs, same machine
             # drift); events with the host head start and a flushed LLC every repetition.
             cmp = compare({str(i): (lambda *a, _c=c: _c(*a)) for i, (_, c) in enumerate(passing)},
-                          make_args, hw=hw, reps=20, warmup=3, graph=False)
+                          make_args, hw=hw, reps=DEVICE_REPS, warmup=3, graph=False)
             for i, (p, cand) in enumerate(passing):
                 t = cmp.timings[str(i)]
                 p.numbers = {**p.numbers, "projected_ms": p.numbers.get("time_ms"),
@@ -738,7 +743,7 @@ class _Porter:
             return tol
         p, cand = winner
         cmp = compare({"kernel": lambda *a: cand(*a), "eager": self.problem.reference},
-                      make_args, hw=hw, reps=30, graph=False)
+                      make_args, hw=hw, reps=DEVICE_REPS, graph=False)
         t = cmp.timings["kernel"]
         nbytes = p.numbers.get("bytes_moved") or 0
         flops = p.numbers.get("flops") or 0
