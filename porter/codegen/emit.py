@@ -67,6 +67,13 @@ METAL_FN = {
     "sign": "sign({0})", "xor": "({0} ^ {1})", "ne_bool": "(({0} != 0) != ({1} != 0))",
 }
 
+# Pointwise functions whose value in masked lanes (a load's `other`, then constants) is worked
+# out at codegen time, in float32 with IEEE semantics (inf, nan) as the kernel computes it.
+MASKED_LANE_FN = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+                  "neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "abs": torch.abs,
+                  "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "log": torch.log,
+                  "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow}
+
 TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
                 torch.float64: "fp64", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16",
                 torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
@@ -189,6 +196,12 @@ class Emitter:
         self.reduce_dim: int | None = None
         self.flat = False  # flat elementwise kernel: loads at `offs`
         self.fixed: dict[int, tuple[tuple[Coord, ...], str]] = {}  # node -> (coords, var): mm acc
+        # Masked lanes (where `full_mask` is false): `fills` is what a full-row load of float
+        # input k puts there (its `other`, 0.0 unless set), `masked` the known value of each
+        # variable there, so a reduction whose masked lanes already hold its identity needs no
+        # select (see rowwise.py).
+        self.fills: dict[int, float] = {}
+        self.masked: dict[str, float] = {}
         self._n = 0
         # Compile-time flag of a Triton kernel: every output is fp16/bf16, so erf may take the
         # cheaper formula of porter/codegen/fastmath.py (the pointers' types decide at JIT time).
@@ -259,7 +272,37 @@ class Emitter:
             return self.memo[key]
         out = self._eval(node, coords, extra)
         self.memo[key] = out
+        if node.op == "pw" and out not in self.masked:
+            value = self._masked_lane_value(node, coords, extra)
+            if value is not None:
+                self.masked[out] = value
         return out
+
+    def masked_value(self, var: str) -> float | None:
+        """The value `var` holds in the masked lanes, when the codegen knows it."""
+        return self.masked.get(var)
+
+    def _masked_lane_value(self, n: Node, coords: tuple[Coord, ...],
+                           extra: str | None) -> float | None:
+        fn = n.attrs["fn"]
+        if fn == "cast":
+            keeps = value_class(n.dtype) == "f" and isinstance(n.args[0], Node) and \
+                value_class(n.args[0].dtype) == "f"
+            return self.masked_value(self.eval(n.args[0], coords, extra)) if keeps else None
+        if fn not in MASKED_LANE_FN:
+            return None
+        vals = []
+        for a in n.args:
+            if isinstance(a, Node) and a.op == "scalar":
+                a = a.attrs["value"]
+            if isinstance(a, Node):
+                v = self.masked_value(self.eval(a, self.broadcast_coords(coords, a.shape), extra))
+            else:
+                v = float(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else None
+            if v is None:
+                return None
+            vals.append(torch.tensor(v, dtype=torch.float32))
+        return float(MASKED_LANE_FN[fn](*vals))
 
     def _eval(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:  # noqa: C901
         if n.id in self.fixed:
@@ -351,11 +394,18 @@ class Emitter:
                 val = f"(({mask}) ? {val} : 0)"
             return self.tmp(f"(float){val}" if cls == "f" else val, "x")
         addr = " + ".join([ptr] + [f"({t})" for t in terms_row + terms_col])
-        other = ", other=0.0" if cls == "f" else ", other=0"
+        # Only a plain full-row load takes a fill: a gather's masked lanes (an ignored target's
+        # row) are not padding and can reach an output, e.g. times a 0/1 weight (inf * 0 = NaN).
+        full_row = cls == "f" and mask == self.full_mask and mask is not None
+        fill = self.fills.get(k, 0.0) if full_row else 0.0
+        other = f", other={self.const(fill)}" if cls == "f" else ", other=0"
         load = f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})"
         if cls == "f":
             load += ".to(tl.float32)"
-        return self.tmp(load, "x")
+        var = self.tmp(load, "x")
+        if full_row:
+            self.masked[var] = fill
+        return var
 
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]

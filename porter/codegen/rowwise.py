@@ -3,6 +3,8 @@ and post (final scalar reduction) kernels, from a `RowPlan`."""
 
 from __future__ import annotations
 
+import copy
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,12 +14,14 @@ from porter.codegen.emit import ZERO
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
 from porter.codegen.emit import KernelArgs
+from porter.codegen.ir import value_class
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import unflattens
 
 IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
+IDENTITY_VALUE = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "{a} + {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
 REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
 
@@ -111,11 +115,14 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     full = _full(plan, rc)
     outs = list(zip(g.outputs, plan.out_kind, strict=True))
 
+    fills: dict[int, float] = {}
+
     def new_emitter() -> Emitter:
         em = Emitter(g, args)
         em.row_coords = rc
         em.row_sizes = plan.row_shape
         em.reduce_dim = plan.dim
+        em.fills = dict(fills)
         return em
 
     def store_outputs(em: Emitter, kinds: tuple[str, ...]) -> None:
@@ -150,20 +157,29 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit(f"tl.store({ptr} + rows, ({val}).to(tl.float32), mask=row_mask)")
 
     # ---- single pass: every row lives in registers; each load happens once -----------------
+    def reduce_single(em: Emitter) -> int:
+        """Emit the reductions; returns how many needed a select of the masked lanes."""
+        selects = 0
+        for r in plan.main:
+            v = em.eval(r.args[0], full)
+            kind = r.attrs["kind"]
+            if not _masked_lanes_hold_identity(em, r, v, pairs, full):
+                selects += 1
+                v = f"tl.where(mask, {v}, {IDENTITY[kind]})"
+            v = f"({v}).to(tl.float32)" if kind == "sum" else v
+            em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}({v}, axis=1)[:, None]", "red")
+        return selects
+
+    pairs = _online_pairs(plan)
+    fills = _choose_fills(g, plan, lambda fl: reduce_single(_trial(new_emitter(), fl)))
     em = new_emitter()
-    for r in plan.main:
-        v = em.eval(r.args[0], full)
-        kind = r.attrs["kind"]
-        v = f"({v}).to(tl.float32)" if kind == "sum" else v
-        em.reduced[r.id] = em.tmp(
-            f"{REDUCE[kind]}(tl.where(mask, {v}, {IDENTITY[kind]}), axis=1)[:, None]", "red")
+    reduce_single(em)
     store_outputs(em, ("full", "row"))
     store_post_inputs(em)
     single = em.lines
 
     # ---- looped: one pass over the row per reduction (max+sum(exp) share one), then outputs --
     em = new_emitter()
-    pairs = _online_pairs(plan)
     paired_sums = {s.id for s in pairs.values()}
 
     def open_loop() -> None:
@@ -192,7 +208,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
             open_loop()
             av = em.eval(r.args[0], full)
-            em.emit(f"a = tl.where(mask, {av}, 0.0)")
+            em.emit(f"a = {av}" if em.masked_value(av) == 0.0 else f"a = tl.where(mask, {av}, 0.0)")
             em.emit("m_new = tl.maximum(m_acc, a)")
             em.emit("ratio = tl.where(m_new > 0, m_acc / m_new, 0.0)")
             em.emit("q = tl.where(m_new > 0, a / m_new, 0.0)")
@@ -214,7 +230,10 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("s_row = tl.zeros([ROWS, 1], tl.float32)")
             open_loop()
             gv = em.eval(r.args[0], full)
-            em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
+            if em.masked_value(gv) == float("-inf"):
+                em.emit(f"g = {gv}")
+            else:
+                em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
             em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
             # Rows that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
             em.emit("safe = m_new > float('-inf')")
@@ -229,8 +248,10 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
         open_loop()
         v = em.eval(r.args[0], full)
+        if em.masked_value(v) != IDENTITY_VALUE[kind]:
+            v = f"tl.where(mask, {v}, {IDENTITY[kind]})"
         v = f"({v}).to(tl.float32)" if kind == "sum" else v
-        em.emit("acc = " + COMBINE[kind].format(a="acc", b=f"tl.where(mask, {v}, {IDENTITY[kind]})"))
+        em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
         close_loop()
         em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
     if "full" in plan.out_kind:
@@ -264,6 +285,49 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
                 em.emit(f"tl.store({ptr}, ({val}).to({ptr}.dtype.element_ty))")
         post = em.lines
     return RowBodies(single, looped, post, coord_lines, online)
+
+
+def _masked_lanes_hold_identity(em: Emitter, r: Node, v: str, pairs: dict[int, Node],
+                                 full: tuple[Coord, ...]) -> bool:
+    """Can reduction `r` (its argument emitted as `v`) skip the select of the masked lanes?
+
+    Yes when the masked lanes already hold its identity, and for the sum of an online-softmax
+    pair, sum(exp(g - max g)), when g's masked lanes hold -inf: there exp(-inf - m) = 0 for
+    every m except -inf, inf or NaN, and each of those makes a real lane NaN as well (m is the
+    max of the real lanes), so the row's sum is NaN either way."""
+    kind = r.attrs["kind"]
+    if em.masked_value(v) == IDENTITY_VALUE[kind]:
+        return True
+    paired = next((m for m, s in pairs.items() if s is r), None)
+    if paired is None:
+        return False
+    g = r.args[0].args[0].args[0]  # sum(exp(sub(g, max)))
+    return em.masked_value(em.eval(g, full)) == float("-inf")
+
+
+def _trial(em: Emitter, fills: dict[int, float]) -> Emitter:
+    em.fills = fills
+    em.args = copy.deepcopy(em.args)  # a trial emission registers no kernel arguments
+    return em
+
+
+def _choose_fills(g: Graph, plan: RowPlan, count_selects: Any) -> dict[int, float]:
+    """What full-row loads of each float input put in masked lanes: the fills (0, or the
+    identity of a max or min in the plan) that leave the fewest selects in the single pass,
+    0 everywhere on a tie. Loading a max's input with -inf, as Liger's softmax does, drops
+    both of softmax's selects: 368 -> 336 SASS instructions (bench/NOTES.md item 18)."""
+    kinds = {r.attrs["kind"] for r in plan.main}
+    options = [0.0] + [IDENTITY_VALUE[k] for k in ("max", "min") if k in kinds]
+    inputs = [n.attrs["index"] for n in g.nodes if n.op == "input" and value_class(n.dtype) == "f"]
+    if len(options) == 1 or not inputs:
+        return {}
+    best: tuple[int, dict[int, float]] | None = None
+    for choice in itertools.product(options, repeat=len(inputs)):
+        fills = {k: f for k, f in zip(inputs, choice, strict=True) if f != 0.0}
+        n = count_selects(fills)
+        if best is None or n < best[0]:
+            best = (n, fills)
+    return best[1]
 
 
 def size_exprs(plan: RowPlan) -> tuple[Any, Any]:

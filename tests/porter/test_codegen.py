@@ -364,3 +364,43 @@ def test_unknown_strategy_is_named() -> None:
     with pytest.raises(ValueError, match="unknown strategy 'split'"):
         run_generated(softmax, (rand(3, 8),), "softmax_bad_strategy",
                       {"strategy": "split", "ROWS": 1, "BLOCK_N": 8, "num_warps": 1})
+
+
+def _single_pass(op: GeneratedOp) -> str:
+    src = op.triton_module_source()
+    return src[src.index("_single_pass_kernel("):src.index("_looped_kernel(")]
+
+
+def test_masked_lanes_load_the_reductions_identity() -> None:
+    # Softmax loads -inf into masked lanes: the max needs no select, and exp(-inf - max) = 0
+    # gives the sum its identity too. Checked on 5 rows of 70 in a [4, 128] tile (masked rows
+    # and columns), into a NaN-poisoned out.
+    x = rand(5, 70) * 30.0
+    cfg = {"strategy": "single_pass", "ROWS": 4, "BLOCK_N": 128, "num_warps": 1}
+    op = check(softmax, (x,), "softmax_fill", torch.float32, config=cfg, use_out=True)
+    single = _single_pass(op)
+    assert "other=float('-inf')" in single
+    assert "tl.where" not in single
+
+    def spread(a):  # a min: +inf in the masked lanes
+        return a - torch.amin(a, dim=-1, keepdim=True)
+
+    op = check(spread, (x,), "spread_fill", torch.float32, config=cfg, use_out=True)
+    assert "other=float('inf')" in _single_pass(op)
+    assert "tl.where" not in _single_pass(op)
+
+
+def test_masked_lanes_keep_a_select_where_the_fill_is_not_the_identity() -> None:
+    # layernorm: (0 - mean)^2 is not 0 in a masked lane, so the variance's sum keeps its select.
+    x, w, b = rand(5, 70), rand(70), rand(70)
+    cfg = {"strategy": "single_pass", "ROWS": 4, "BLOCK_N": 128, "num_warps": 1}
+    op = check(layernorm, (x, w, b), "layernorm_fill", torch.float32, config=cfg, use_out=True)
+    assert "tl.where(mask" in _single_pass(op)
+
+    def max_plus_energy(a):  # -inf would suit the max, 0 the sum of squares: one select either way
+        return torch.amax(a, dim=-1, keepdim=True) + (a * a).sum(dim=-1, keepdim=True)
+
+    op = check(max_plus_energy, (x,), "max_energy_fill", torch.float32, config=cfg, use_out=True)
+    assert _single_pass(op).count("tl.where(mask") == 1
+    looped = {"strategy": "looped", "ROWS": 2, "BLOCK_N": 32, "num_warps": 1}
+    check(max_plus_energy, (x,), "max_energy_looped", torch.float32, config=looped, use_out=True)
