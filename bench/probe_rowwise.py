@@ -24,13 +24,11 @@ flushed every repetition, median of --reps). One JSON line per variant goes to
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import re
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -46,6 +44,7 @@ from bench.sweep import SWEEP_TOL  # noqa: E402
 from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 from bench.sweep import parse_case  # noqa: E402
+from porter.codegen.rowwise import hoist_reduction_free  # noqa: E402
 
 # The suite's chosen config per case (results/h100-2026-11-22-run2) and one other num_warps.
 CASES: dict[str, list[dict[str, Any]]] = {
@@ -75,43 +74,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all")
 
 
-_REDUCTIONS = {"sum", "max", "min", "reduce"}  # tl.* calls that end the hoistable prefix
-_ASSIGN = re.compile(r"^    ([A-Za-z_]\w*) = (.+)$")  # a statement at the kernel's top level
-
-
 def hoist_loads(lines: list[str]) -> list[str]:
-    """Move every top-level statement that depends on no reduction (loads of weights, biases,
-    targets and what indexes them) to the start of the kernel body.
-
-    The idea: Triton issues loads where they are written and does not move them across a
-    reduction (a barrier), so a weight or target load written after the reductions adds a
-    memory round trip to each row. Measured on an H100 it did not pay (layernorm at width 5120
-    ran 16-32% slower: the hoisted weights stay live across both reductions), so the emitter
-    does not do it; the transform stays here to re-measure. Only names assigned once are moved (a loop accumulator
-    re-initialised before a second loop must stay where it is), and the hoisted statements
-    keep their order, so the result computes the same values.
-    """
-    assigned = Counter(m.group(1) for ln in lines if (m := re.match(r"^\s*([A-Za-z_]\w*) = ", ln)))
-    pending = set(assigned)  # names the body defines: not available until hoisted
-    hoisted: list[str] = []
-    rest: list[str] = []
-    for ln in lines:
-        m = _ASSIGN.match(ln)
-        if m and assigned[m.group(1)] == 1:
-            try:
-                expr = ast.parse(m.group(2), mode="eval")
-            except SyntaxError:
-                rest.append(ln)
-                continue
-            names = {n.id for n in ast.walk(expr) if isinstance(n, ast.Name)}
-            reduces = any(isinstance(n, ast.Attribute) and n.attr in _REDUCTIONS
-                          for n in ast.walk(expr))
-            if not reduces and not names & pending:
-                hoisted.append(ln)
-                pending.discard(m.group(1))
-                continue
-        rest.append(ln)
-    return hoisted + rest
+    """The porter's HOIST form (porter/codegen/rowwise.py), applied here to every kernel."""
+    return hoist_reduction_free(lines)
 
 
 def _kernel_spans(source: str) -> list[tuple[int, int]]:
@@ -152,7 +117,7 @@ def transform(source: str, which: str) -> str:
         if "cs" in todo:
             body = re.sub(r"(tl\.store\(.*mask=mask)\)", r'\1, cache_modifier=".cs")', body)
         if "ef" in todo and name.endswith("_single_pass_kernel"):
-            body = re.sub(r"(tl\.load\([^\n]*cols[^\n]*mask=mask, other=0\.0)\)",
+            body = re.sub(r"(tl\.load\([^\n]*cols[^\n]*mask=mask, other=(?:0\.0|float\('-?inf'\)))\)",
                           r'\1, eviction_policy="evict_first")', body)
         return body
 

@@ -287,6 +287,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
     if name == "STAGES":  # the persistent row kernel's loop stages
         return int(config.get("num_stages", 1))
+    if name == "HOIST":
+        return bool(config.get("HOIST", False))
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
@@ -408,7 +410,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     ctx = _common_ctx(name, family, g, fusion, args)
     last_dim = plan.dim == len(plan.space) - 1
     src = _ENV.get_template("triton_rowwise.py.j2").render(
-        **ctx, single=bodies.single, looped=bodies.looped, post=bodies.post,
+        **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
+        looped=bodies.looped, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
@@ -417,7 +420,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     kinds = (*args.kinds, "i32")
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N"), ("single_pass",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "HOIST") if bodies.single_hoisted else ("ROWS", "BLOCK_N"),
+                   ("single_pass",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N"), ("looped",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
@@ -427,7 +431,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),
                                   ("*",), tuple(args.launch_exprs)))
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
-    op._mm = {"online": bodies.online_pairs, "last_dim": last_dim}
+    op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
+              "hoist": bodies.single_hoisted is not None}
     return op
 
 

@@ -10,6 +10,8 @@ Pruning rules (each names the limit it enforces):
   slower than 3 wherever 3 fit, bench/NOTES.md item 16); whether the stages' shared memory fits
   is left to the compile check (which loads Triton pipelines, and so how much shared memory a
   stage takes, is the compiler's choice).
+- HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
+  targets) come also with those loads first; which order wins depends on the shape.
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
@@ -147,6 +149,8 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                         for st in ((1,) if strategy == "single_pass" else (1, 2)):
                             out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
                                         "num_warps": w, "num_stages": st})
+                        if strategy == "single_pass" and op._mm.get("hoist"):
+                            out.append({**out[-1], "HOIST": True})
                         if strategy == "single_pass":
                             # the same tile, each program walking row blocks with the next
                             # block's loads pipelined (stages) while this one is reduced

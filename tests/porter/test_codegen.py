@@ -404,3 +404,18 @@ def test_masked_lanes_keep_a_select_where_the_fill_is_not_the_identity() -> None
     assert _single_pass(op).count("tl.where(mask") == 1
     looped = {"strategy": "looped", "ROWS": 2, "BLOCK_N": 32, "num_warps": 1}
     check(max_plus_energy, (x,), "max_energy_looped", torch.float32, config=looped, use_out=True)
+
+
+@pytest.mark.parametrize("fn", [rmsnorm, layernorm, cross_entropy, add_rmsnorm])
+def test_hoisted_single_pass_matches_and_loads_first(fn) -> None:
+    x = rand(5, 70) * 3.0
+    t = torch.tensor([3, -100, 69, 0, 12])  # one ignored target: masked gather lanes
+    inputs = {rmsnorm: (x, rand(70)), layernorm: (x, rand(70), rand(70)),
+              cross_entropy: (x, t), add_rmsnorm: (x, rand(5, 70, seed=1), rand(70))}[fn]
+    cfg = {"strategy": "single_pass", "ROWS": 4, "BLOCK_N": 128, "num_warps": 1, "HOIST": True}
+    op = check(fn, inputs, f"{fn.__name__}_hoist", torch.float32, config=cfg, use_out=True)
+    single = _single_pass(op)
+    hoisted = single[single.index("if HOIST:"):single.index("    else:")]
+    first_reduction = min(hoisted.index(f"tl.{k}(") for k in ("sum", "max") if f"tl.{k}(" in hoisted)
+    # every load of the hoisted branch comes before its first reduction
+    assert hoisted.rfind("tl.load(") < first_reduction

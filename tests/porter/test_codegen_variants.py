@@ -164,3 +164,27 @@ def test_rowwise_default_follows_the_sweep_rules() -> None:
     ce = rowwise_default(4096, 32768, 2, True, full_output=False)
     assert (ce["strategy"], ce["BLOCK_N"], ce["num_warps"]) == ("looped", 8192, 8)
     assert rowwise_default(4096, 8192, 2, True, full_output=False)["strategy"] == "single_pass"
+
+
+def test_hoist_is_offered_where_a_load_can_move_before_the_reductions(rms_op, tmp_path: Path) -> None:
+    h100 = hwmodels.get("h100")
+    space = rms_op.variant_space(h100, rms_op.example_inputs)
+    hoisted = [c for c in space if c.get("HOIST")]
+    assert hoisted and all(c["strategy"] == "single_pass" for c in hoisted)
+    plain = [c for c in space if c["strategy"] == "single_pass" and not c.get("HOIST")]
+    assert len(hoisted) == len(plain)  # each single-pass tile both ways
+    # softmax loads nothing but the row, which comes first anyway
+    sm = generate(softmax, (torch.randn(8, 4096),), name="sm_hoist")
+    assert not any(c.get("HOIST") for c in sm.variant_space(h100, sm.example_inputs))
+    assert "HOIST" not in sm.triton_module_source()
+    # the hoisted form cross-compiles for sm_90 (HOIST is a constexpr of the single pass)
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    path = tmp_path / "mod.py"
+    path.write_text(rms_op.triton_module_source())
+    cfg = hoisted[0]
+    (ref,) = rms_op.kernel_refs(rms_op.example_inputs, cfg, source_path=str(path))
+    assert ref.constexprs["HOIST"] is True
+    rep = targets.for_device(h100).compile(ref, LaunchConfig(cfg["num_warps"], 1), h100)
+    assert rep.fits, rep.reasons
