@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
             # a copy run from `git archive` (e.g. on a GPU machine) names its commit in
             # PORTER_GIT_REV; that wins over whatever repository encloses the copy
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
-            "method": f"harness.bench_op: providers interleaved in one process, "
+            "method": f"harness.bench_op: providers interleaved in one process (a fresh order every repetition), "
                       f"{'CUDA graphs' if args.graph else 'CUDA events with a device-side head start (host launch overhead excluded for all providers)'}, "
                       f"LLC flushed every repetition (buffer 2x LLC), median of {args.reps} reps, "
                       "random normal inputs; our kernels loaded from the pack `porter port` wrote "

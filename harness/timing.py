@@ -11,6 +11,8 @@ What a timed repetition looks like (events mode):
   LLC together) and used round-robin, so no repetition finds its inputs already cached.
 - Kernels under ~20 us are dominated by launch cost; for them (graph=None) the calls are captured
   N at a time in a CUDA graph, each replay is timed and divided by N.
+- Several providers (`compare`) are interleaved, each repetition in a fresh seeded order: in a
+  fixed order a slot can be a few % slower than another (bench/NOTES.md item 20).
 - Async-cheat guard: N back-to-back calls are also timed with a host wall clock between two full
   `torch.cuda.synchronize()`s. A kernel that does its work on another stream looks fast to events
   on the current stream but not to the wall clock; such results carry `async_suspect=True`.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import statistics
 import time
 from collections.abc import Callable
@@ -349,13 +352,28 @@ def _prepare(fns: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any]
     return runners, "graph"
 
 
+def rep_orders(n: int, reps: int, shuffle: bool) -> list[list[int]]:
+    """The order of n providers in each repetition: the given order every time, or a fresh
+    permutation per repetition (seeded, so every run times the same orders). In a fixed order
+    one callable measured up to 5% apart at two positions of one run on an H100 (16 us
+    kernels, bench/NOTES.md item 20); shuffled, the two agreed within 1%."""
+    rng = random.Random(0)
+    orders = []
+    for _ in range(reps):
+        order = list(range(n))
+        if shuffle:
+            rng.shuffle(order)
+        orders.append(order)
+    return orders
+
+
 def _run_interleaved(runners: Sequence[_Runner], hw: HardwareModel, reps: int,
-                     flush: bool, mode: Mode) -> dict[str, Timing]:
+                     flush: bool, mode: Mode, shuffle: bool) -> dict[str, Timing]:
     device = torch.device("cuda", torch.cuda.current_device())
     buf = _flush_buffer(hw, device) if flush else None
     events = {r.name: [] for r in runners}
-    for _ in range(reps):
-        for r in runners:
+    for order in rep_orders(len(runners), reps, shuffle):
+        for r in (runners[i] for i in order):
             if buf is not None:
                 buf.fill_(1)  # a write of the whole buffer evicts everything cached before
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -412,8 +430,9 @@ def bench(fn: Callable[..., Any], make_args: Callable[[], Any], *, hw: HardwareM
 
 def compare(providers: Mapping[str, Callable[..., Any]], make_args: Callable[[], Any], *,
             hw: HardwareModel, reps: int = 100, warmup: int = 10, graph: bool | None = None,
-            flush: bool = True) -> Comparison:
-    """Time several providers interleaved (A B C A B C ...) on the same argument sets.
+            flush: bool = True, shuffle: bool = True) -> Comparison:
+    """Time several providers interleaved (A B C, C A B, ...: a fresh order every repetition)
+    on the same argument sets.
 
     Each repetition of each provider is preceded by its own flush, so no provider inherits a
     warm cache from the one before it; machine drift (clocks, temperature) hits all providers
@@ -425,6 +444,8 @@ def compare(providers: Mapping[str, Callable[..., Any]], make_args: Callable[[],
         providers: name -> callable, each called as fn(*args) with the same argument sets.
         make_args: as for `bench`.
         hw, reps, warmup, graph, flush: as for `bench`.
+        shuffle: a fresh (seeded) order of the providers every repetition (`rep_orders`), so
+            that no provider always takes the same slot; False keeps the given order.
 
     Returns:
         A `Comparison` with one `Timing` per provider.
@@ -439,5 +460,5 @@ def compare(providers: Mapping[str, Callable[..., Any]], make_args: Callable[[],
     if reps < 1:
         raise ValueError(f"timing.compare: reps must be >= 1, got {reps}")
     runners, mode = _prepare(providers, make_args, hw, graph, warmup)
-    timings = _run_interleaved(runners, hw, reps, flush, mode)
+    timings = _run_interleaved(runners, hw, reps, flush, mode, shuffle)
     return Comparison(timings=timings, order=tuple(providers))

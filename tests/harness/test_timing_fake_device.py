@@ -118,9 +118,26 @@ def test_events_mode_interleaved(fake, h100):
     assert cmp.ratio("a", "b").median < 0.7
     assert cmp.speedup("a", over="b").median > 1.4
     assert not ta.async_suspect and not tb.async_suspect
-    # Warm-up and estimates run per provider (a.. b..); the 8 timed reps are interleaved.
-    assert "ab" * 8 in "".join(order)
+    # Warm-up and estimates run per provider (a.. b..); the 8 timed reps are interleaved,
+    # each in a fresh order, so neither provider always takes the first slot.
+    orders = ["".join("ab"[i] for i in o) for o in timing.rep_orders(2, 8, shuffle=True)]
+    assert {"ab", "ba"} <= set(orders)
+    assert "".join(orders) in "".join(order)
     assert any("rotating input sets" in n for n in ta.notes)
+    order.clear()
+    timing.compare({"a": make("a", 0.0005), "b": make("b", 0.0005)}, _small_args,
+                   hw=h100, reps=8, warmup=1, shuffle=False)
+    assert "ab" * 8 in "".join(order)
+
+
+def test_rep_orders_shuffle_each_repetition() -> None:
+    fixed = timing.rep_orders(3, 4, shuffle=False)
+    assert fixed == [[0, 1, 2]] * 4
+    orders = timing.rep_orders(3, 60, shuffle=True)
+    assert all(sorted(o) == [0, 1, 2] for o in orders)
+    assert orders == timing.rep_orders(3, 60, shuffle=True)  # seeded: every run the same
+    firsts = {o[0] for o in orders}
+    assert firsts == {0, 1, 2}  # every provider takes the first slot sometimes
 
 
 def test_tiny_kernel_goes_to_graph_and_divides(fake, h100):
