@@ -1,6 +1,6 @@
 """Probe: does a provider's time depend on which provider ran just before it?
 
-bench/NOTES.md items 19 and 20: one kernel measured 15.1-15.6 us in some interleaved runs and
+bench/NOTES.md items 19 and 21: one kernel measured 15.1-15.6 us in some interleaved runs and
 16.4 us in others, and Liger's softmax 14.1 us in the suite and 15.9 us in a probe, with the
 order of the interleaved providers as the one visible difference. Here each provider appears
 twice in one `harness.timing.compare` run, at positions with different predecessors, so the

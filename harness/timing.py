@@ -12,7 +12,7 @@ What a timed repetition looks like (events mode):
 - Kernels under ~20 us are dominated by launch cost; for them (graph=None) the calls are captured
   N at a time in a CUDA graph, each replay is timed and divided by N.
 - Several providers (`compare`) are interleaved, each repetition in a fresh seeded order: in a
-  fixed order a slot can be a few % slower than another (bench/NOTES.md item 20).
+  fixed order a slot can be a few % slower than another (bench/NOTES.md item 21).
 - Async-cheat guard: N back-to-back calls are also timed with a host wall clock between two full
   `torch.cuda.synchronize()`s. A kernel that does its work on another stream looks fast to events
   on the current stream but not to the wall clock; such results carry `async_suspect=True`.
@@ -356,7 +356,7 @@ def rep_orders(n: int, reps: int, shuffle: bool) -> list[list[int]]:
     """The order of n providers in each repetition: the given order every time, or a fresh
     permutation per repetition (seeded, so every run times the same orders). In a fixed order
     one callable measured up to 5% apart at two positions of one run on an H100 (16 us
-    kernels, bench/NOTES.md item 20); shuffled, the two agreed within 1%."""
+    kernels, bench/NOTES.md item 21); shuffled, the two agreed within 1.3%."""
     rng = random.Random(0)
     orders = []
     for _ in range(reps):
