@@ -6,7 +6,9 @@ emitter (porter/codegen/rowwise.py) so that `porter port` produces it itself.
 
 Transforms (applied to the @triton.jit kernels of the generated module):
   hoist  loads that depend only on the row coordinates (weights, biases, targets, the
-         cross-entropy gather) moved to the top of the kernel (`hoist_loads` below)
+         cross-entropy gather) moved to the top of the kernel (`hoist_loads` below). Since
+         1b9b9ce the porter offers this as the single pass's `HOIST` knob; a kernel that has it
+         is left alone here (its body sits under `if HOIST:`): give a case `"HOIST": True`
   i32    32-bit row offsets instead of int64 (valid here: every tensor < 2**31 elements)
   cs     full-row stores with cache_modifier=".cs" (streaming: evict first)
   ef     full-row loads in single-pass kernels with eviction_policy="evict_first"
@@ -117,7 +119,8 @@ def transform(source: str, which: str) -> str:
         if "cs" in todo:
             body = re.sub(r"(tl\.store\(.*mask=mask)\)", r'\1, cache_modifier=".cs")', body)
         if "ef" in todo and name.endswith("_single_pass_kernel"):
-            body = re.sub(r"(tl\.load\([^\n]*cols[^\n]*mask=mask, other=(?:0\.0|float\('-?inf'\)))\)",
+            fill = r"other=(?:0\.0|float\('-?inf'\))"  # the emitter's masked-lane fills
+            body = re.sub(r"(tl\.load\([^\n]*cols[^\n]*mask=mask, " + fill + r")\)",
                           r'\1, eviction_policy="evict_first")', body)
         return body
 

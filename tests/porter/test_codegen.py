@@ -416,6 +416,7 @@ def test_hoisted_single_pass_matches_and_loads_first(fn) -> None:
     op = check(fn, inputs, f"{fn.__name__}_hoist", torch.float32, config=cfg, use_out=True)
     single = _single_pass(op)
     hoisted = single[single.index("if HOIST:"):single.index("    else:")]
-    first_reduction = min(hoisted.index(f"tl.{k}(") for k in ("sum", "max") if f"tl.{k}(" in hoisted)
+    first_reduction = min(hoisted.index(f"tl.{k}(") for k in ("sum", "max")
+                          if f"tl.{k}(" in hoisted)
     # every load of the hoisted branch comes before its first reduction
     assert hoisted.rfind("tl.load(") < first_reduction

@@ -166,7 +166,7 @@ def test_rowwise_default_follows_the_sweep_rules() -> None:
     assert rowwise_default(4096, 8192, 2, True, full_output=False)["strategy"] == "single_pass"
 
 
-def test_hoist_is_offered_where_a_load_can_move_before_the_reductions(rms_op, tmp_path: Path) -> None:
+def test_hoist_is_offered_where_a_load_can_move_first(rms_op, tmp_path: Path) -> None:
     h100 = hwmodels.get("h100")
     space = rms_op.variant_space(h100, rms_op.example_inputs)
     hoisted = [c for c in space if c.get("HOIST")]
