@@ -178,15 +178,18 @@ class Emitter:
         graph: the IR.
         args: where pointer/stride/size arguments are registered.
         full_mask / row_mask: mask expressions for loads that vary along columns / only rows.
+        col_mask: if given, the mask of loads that vary along columns only (no row index).
         dialect: "triton" or "metal".
     """
 
     def __init__(self, graph: Graph, args: KernelArgs, *, full_mask: str = "mask",
-                 row_mask: str = "row_mask", dialect: str = "triton") -> None:
+                 row_mask: str = "row_mask", col_mask: str | None = None,
+                 dialect: str = "triton") -> None:
         self.g = graph
         self.args = args
         self.full_mask = full_mask
         self.row_mask = row_mask
+        self.col_mask = col_mask
         self.dialect = dialect
         self.lines: list[str] = []
         self.indent = 1
@@ -253,6 +256,8 @@ class Emitter:
 
     def mask_for(self, coords: tuple[Coord, ...], extra: str | None) -> str | None:
         base = self.full_mask if any(c.col for c in coords) else self.row_mask
+        if self.col_mask and coords and all(c.col for c in coords):
+            base = self.col_mask  # a load along the row only (weights): no row in its mask
         if extra:
             return f"({base}) & {extra}" if base else extra
         return base
@@ -394,9 +399,10 @@ class Emitter:
                 val = f"(({mask}) ? {val} : 0)"
             return self.tmp(f"(float){val}" if cls == "f" else val, "x")
         addr = " + ".join([ptr] + [f"({t})" for t in terms_row + terms_col])
-        # Only a plain full-row load takes a fill: a gather's masked lanes (an ignored target's
-        # row) are not padding and can reach an output, e.g. times a 0/1 weight (inf * 0 = NaN).
-        full_row = cls == "f" and mask == self.full_mask and mask is not None
+        # Only a plain full-row load (or a column-only one: its masked lanes are the same
+        # columns) takes a fill: a gather's masked lanes (an ignored target's row) are not
+        # padding and can reach an output, e.g. times a 0/1 weight (inf * 0 = NaN).
+        full_row = cls == "f" and mask is not None and mask in (self.full_mask, self.col_mask)
         fill = self.fills.get(k, 0.0) if full_row else 0.0
         other = f", other={self.const(fill)}" if cls == "f" else ", other=0"
         load = f"tl.load({addr}, mask={mask}{other})" if mask else f"tl.load({addr})"

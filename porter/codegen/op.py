@@ -411,6 +411,7 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     last_dim = plan.dim == len(plan.space) - 1
     src = _ENV.get_template("triton_rowwise.py.j2").render(
         **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
+        persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
         looped=bodies.looped, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),

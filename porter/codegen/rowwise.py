@@ -9,6 +9,7 @@ import itertools
 import re
 from collections import Counter
 from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import sympy
@@ -39,6 +40,10 @@ class RowBodies:
     # The single pass with its reduction-free statements first (None where that is `single`):
     # run when a config sets HOIST.
     single_hoisted: list[str] | None = None
+    # The persistent kernel: what does not depend on the row (weights, biases) before its row
+    # loop, loaded once per program; the rest inside the loop.
+    persistent_pre: list[str] = field(default_factory=list)
+    persistent_body: list[str] = field(default_factory=list)
 
 
 def _row_coords(plan: RowPlan, args: KernelArgs,
@@ -184,6 +189,18 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     store_post_inputs(em)
     single = em.lines
 
+    # ---- persistent: the single pass in a loop over row blocks ------------------------------
+    em = new_emitter()
+    em.col_mask = "col_mask"
+    reduce_single(em)
+    store_outputs(em, ("full", "row"))
+    store_post_inputs(em)
+    # What depends on no row (weights, biases) goes before the row loop, loaded once per
+    # program: at width 32768 a layernorm's weight and bias, pipelined with every row, took two
+    # thirds of the shared memory, and 3 stages did not fit (bench/NOTES.md item 16).
+    row_names = {"rows", "row_mask", "mask", "block"} | set(_assignments(coord_lines))
+    persistent_pre, persistent_body = split_invariant(em.lines, row_names)
+
     # ---- looped: one pass over the row per reduction (max+sum(exp) share one), then outputs --
     em = new_emitter()
     paired_sums = {s.id for s in pairs.values()}
@@ -293,7 +310,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     hoisted = hoist_reduction_free(single)
     moves_a_load = _loads_before_a_reduction(hoisted) > _loads_before_a_reduction(single)
     return RowBodies(single, looped, post, coord_lines, online,
-                     hoisted if moves_a_load else None)
+                     hoisted if moves_a_load else None, persistent_pre, persistent_body)
 
 
 def _loads_before_a_reduction(lines: list[str]) -> int:
@@ -311,6 +328,32 @@ _ASSIGN = re.compile(r"^    ([A-Za-z_]\w*) = (.+)$")  # a statement at the kerne
 _REDUCTIONS = {"sum", "max", "min", "reduce"}  # tl.* calls: a statement using one stays put
 
 
+def _assignments(lines: list[str]) -> list[str]:
+    """The name each assignment among `lines` binds, at any indentation, with repeats."""
+    return [m.group(1) for ln in lines if (m := re.match(r"^\s*([A-Za-z_]\w*) = ", ln))]
+
+
+def split_invariant(lines: list[str], variant: set[str]) -> tuple[list[str], list[str]]:
+    """(movable, rest), each in order: a top-level statement is movable when it calls no
+    reduction and uses none of `variant` nor anything computed from them. Only names assigned
+    once move, so moving the first list ahead of the second computes the same values."""
+    assigned = Counter(_assignments(lines))
+    variant = set(variant)
+    movable: list[str] = []
+    rest: list[str] = []
+    for ln in lines:
+        m = _ASSIGN.match(ln)
+        if m and assigned[m.group(1)] == 1:
+            names = {n.id for n in ast.walk(ast.parse(m.group(2))) if isinstance(n, ast.Name)}
+            if not _reduces(m.group(2)) and not names & variant:
+                movable.append(ln)
+                continue
+        if m:
+            variant.add(m.group(1))
+        rest.append(ln)
+    return movable, rest
+
+
 def hoist_reduction_free(lines: list[str]) -> list[str]:
     """Move each top-level statement that depends on no reduction (loads of weights, biases,
     targets and what indexes them) to the start of the body, in order.
@@ -319,23 +362,10 @@ def hoist_reduction_free(lines: list[str]) -> list[str]:
     barrier), so a weight load written after the reductions adds a memory round trip to each
     row. Whether that pays is measured, not assumed (config knob HOIST): it made rmsnorm at
     4097x1537 9% faster on an H100 and layernorm at width 5120 16-32% slower (the weights stay
-    live across both reductions; bench/NOTES.md items 9 and 20). Only names assigned once move,
-    so the result computes the same values.
+    live across both reductions; bench/NOTES.md items 9 and 20).
     """
-    assigned = Counter(m.group(1) for ln in lines if (m := re.match(r"^\s*([A-Za-z_]\w*) = ", ln)))
-    pending = set(assigned)  # names the body defines: not available until hoisted
-    hoisted: list[str] = []
-    rest: list[str] = []
-    for ln in lines:
-        m = _ASSIGN.match(ln)
-        if m and assigned[m.group(1)] == 1:
-            names = {n.id for n in ast.walk(ast.parse(m.group(2))) if isinstance(n, ast.Name)}
-            if not _reduces(m.group(2)) and not names & pending:
-                hoisted.append(ln)
-                pending.discard(m.group(1))
-                continue
-        rest.append(ln)
-    return hoisted + rest
+    movable, rest = split_invariant(lines, set())
+    return movable + rest
 
 
 def _masked_lanes_hold_identity(em: Emitter, r: Node, v: str, pairs: dict[int, Node],

@@ -420,3 +420,17 @@ def test_hoisted_single_pass_matches_and_loads_first(fn) -> None:
                           if f"tl.{k}(" in hoisted)
     # every load of the hoisted branch comes before its first reduction
     assert hoisted.rfind("tl.load(") < first_reduction
+
+
+def test_persistent_kernel_loads_weights_once_per_program() -> None:
+    # The weight and bias need no row: the persistent kernel loads them before its row loop
+    # (masked by the columns alone), and only x inside it.
+    x, w, b = rand(23, 37), rand(37, seed=1), rand(37, seed=2)
+    cfg = {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2,
+           "PROGRAMS_PER_SM": 2}
+    op = check(layernorm, (x, w, b), "layernorm_pre", torch.float32, config=cfg, use_out=True)
+    src = op.triton_module_source()
+    kernel = src[src.index("_persistent_kernel("):]
+    before_loop, loop = kernel.split("for block in tl.range(", 1)
+    assert before_loop.count("tl.load(") == 2 and before_loop.count("mask=col_mask") == 2
+    assert loop[:loop.index("\n\n\n")].count("tl.load(") == 1
