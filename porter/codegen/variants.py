@@ -5,8 +5,9 @@ Pruning rules (each names the limit it enforces):
   wide, so num_warps <= 16 there; Apple threadgroups hold 1024 threads).
 - registers: a single-pass row keeps ROWS*BLOCK_N fp32 values live; more than 128 per thread
   spills (255 registers, a few live temporaries each).
-- persistent: the single-pass tile in a grid of PROGRAMS_PER_SM programs per SM, each looping
-  over row blocks with 3 or 4 stages so the next blocks' loads are in flight (2 stages measured
+- persistent: the single-pass tile in a grid of PROGRAMS_PER_SM programs per SM, each loading
+  what needs no row (weights) once and looping over row blocks with 3 or 4 stages so the next
+  blocks' loads are in flight (2 stages measured
   slower than 3 wherever 3 fit, bench/NOTES.md item 16); whether the stages' shared memory fits
   is left to the compile check (which loads Triton pipelines, and so how much shared memory a
   stage takes, is the compiler's choice).
