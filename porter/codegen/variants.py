@@ -7,8 +7,8 @@ Pruning rules (each names the limit it enforces):
   spills (255 registers, a few live temporaries each).
 - persistent: the single-pass tile in a grid of PROGRAMS_PER_SM programs per SM, each loading
   what needs no row (weights) once and looping over row blocks with 3 or 4 stages so the next
-  blocks' loads are in flight (2 stages measured
-  slower than 3 wherever 3 fit, bench/NOTES.md item 16); whether the stages' shared memory fits
+  blocks' loads are in flight (2 stages measured slower than 3 wherever 3 fit, bench/NOTES.md
+  item 16); whether the stages' shared memory fits
   is left to the compile check (which loads Triton pipelines, and so how much shared memory a
   stage takes, is the compiler's choice).
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
