@@ -876,8 +876,9 @@ def _check_child() -> None:
                       "tolerances": report.tolerances}))
 
 
-# Rowwise strategies whose block holds the whole row (BLOCK_N >= the row's length).
-ONE_BLOCK_STRATEGIES = ("single_pass", "persistent")
+# Rowwise strategies whose block holds the whole row (BLOCK_N, plus BLOCK_TAIL for two_block,
+# >= the row's length).
+ONE_BLOCK_STRATEGIES = ("single_pass", "persistent", "two_block")
 
 
 class _refitting_candidate:  # noqa: N801 - used like a function
@@ -897,13 +898,18 @@ class _refitting_candidate:  # noqa: N801 - used like a function
     def __call__(self, *inputs: Any, out: Any = None) -> Any:
         import torch
 
+        from porter.codegen import heuristics
         from porter.search import SIZE_KNOBS
 
         cfg = self.config
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is not None and not _config_fits(self.gen_op, self.hw, inputs, cfg):
             fresh = self.gen_op.default_config(self.hw, tuple(inputs), first.dtype)
-            if fresh.get("strategy") in ONE_BLOCK_STRATEGIES:
+            one_block = fresh.get("strategy") in ONE_BLOCK_STRATEGIES
+            if one_block and cfg.get("strategy") == "two_block":
+                head, tail = heuristics.two_block_sizes(int(first.shape[-1]))
+                cfg = {**cfg, "BLOCK_N": head, "BLOCK_TAIL": tail}
+            elif one_block:
                 cfg = {**cfg, **{k: v for k, v in fresh.items() if k in SIZE_KNOBS}}
             else:
                 # The row needs the looped kernel: the launcher's own config, as the loader
@@ -921,7 +927,7 @@ def _config_fits(gen_op: Any, hw: Any, inputs: tuple[Any, ...], config: dict[str
     if (first is None or config.get("strategy") not in ONE_BLOCK_STRATEGIES
             or "BLOCK_N" not in config):
         return True
-    return int(config["BLOCK_N"]) >= int(first.shape[-1])
+    return int(config["BLOCK_N"]) + int(config.get("BLOCK_TAIL", 0)) >= int(first.shape[-1])
 
 
 def _metal_ref(source: str, op: str) -> Any:

@@ -412,6 +412,7 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     src = _ENV.get_template("triton_rowwise.py.j2").render(
         **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
         persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
+        two_block=bodies.two_block,
         looped=bodies.looped, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
@@ -427,6 +428,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                    ("ROWS", "BLOCK_N"), ("looped",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "STAGES"), ("persistent",), tuple(args.launch_exprs)),
+        KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "BLOCK_TAIL"), ("two_block",), tuple(args.launch_exprs)),
     ]
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),

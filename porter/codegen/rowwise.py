@@ -44,6 +44,8 @@ class RowBodies:
     # loop, loaded once per program; the rest inside the loop.
     persistent_pre: list[str] = field(default_factory=list)
     persistent_body: list[str] = field(default_factory=list)
+    # The single pass over a head block (BLOCK_N) and a tail block (BLOCK_TAIL) of the row.
+    two_block: list[str] = field(default_factory=list)
 
 
 def _row_coords(plan: RowPlan, args: KernelArgs,
@@ -70,9 +72,9 @@ def _row_coords(plan: RowPlan, args: KernelArgs,
     return lines, tuple(coords)
 
 
-def _full(plan: RowPlan, rc: tuple[Coord, ...]) -> tuple[Coord, ...]:
+def _full(plan: RowPlan, rc: tuple[Coord, ...], cols: str = "cols") -> tuple[Coord, ...]:
     c = list(rc)
-    c.insert(plan.dim, Coord("cols", True))
+    c.insert(plan.dim, Coord(cols, True))
     return tuple(c)
 
 
@@ -136,11 +138,12 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.fills = dict(fills)
         return em
 
-    def store_outputs(em: Emitter, kinds: tuple[str, ...]) -> None:
+    def store_outputs(em: Emitter, kinds: tuple[str, ...],
+                      full_coords: tuple[Coord, ...] = full) -> None:
         for j, (o, kind) in enumerate(outs):
             if kind not in kinds:
                 continue
-            coords = full if kind == "full" else _coords_for(plan, o, rc)
+            coords = full_coords if kind == "full" else _coords_for(plan, o, rc)
             if kind == "full" and unflattens(o, plan.space):
                 # Evaluate the row value at the row's own coordinates (shared with the
                 # reductions, so nothing is loaded twice); split them only for the address.
@@ -152,7 +155,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             terms = [f"({c.expr} * {args.output_stride(j, d, c.col)})"
                      for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
                      if s != 1 and c.expr != "0"]
-            mask = "mask" if kind == "full" else "row_mask"
+            mask = em.full_mask if kind == "full" else "row_mask"
             if kind == "full" and not any(c.col for c in coords if c.expr != "0"):
                 mask = "row_mask"
             if val[0].isdigit() or val.startswith("float") or val.startswith("-"):
@@ -188,6 +191,30 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     store_outputs(em, ("full", "row"))
     store_post_inputs(em)
     single = em.lines
+
+    # ---- two blocks: a row that is not a power of two wide as a head and a tail block -------
+    # (5120 = 4096 + 1024), so no registers hold masked lanes (an 8192-wide block would keep
+    # 37.5% of them); each reduction combines its two partial reductions.
+    em = new_emitter()
+    blocks = ((full, "mask"), (_full(plan, rc, "cols_t"), "mask_t"))
+    for r in plan.main:
+        kind = r.attrs["kind"]
+        parts = []
+        for block_coords, block_mask in blocks:
+            em.full_mask = block_mask
+            v = em.eval(r.args[0], block_coords)
+            if not _masked_lanes_hold_identity(em, r, v, pairs, block_coords):
+                v = f"tl.where({block_mask}, {v}, {IDENTITY[kind]})"
+            v = f"({v}).to(tl.float32)" if kind == "sum" else v
+            parts.append(f"{REDUCE[kind]}({v}, axis=1)[:, None]")
+        em.reduced[r.id] = em.tmp(COMBINE[kind].format(a=parts[0], b=parts[1]), "red")
+    for block_coords, block_mask in blocks:
+        em.full_mask = block_mask
+        store_outputs(em, ("full",), block_coords)
+    em.full_mask = "mask"
+    store_outputs(em, ("row",))
+    store_post_inputs(em)
+    two_block = em.lines
 
     # ---- persistent: the single pass in a loop over row blocks ------------------------------
     em = new_emitter()
@@ -310,7 +337,8 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     hoisted = hoist_reduction_free(single)
     moves_a_load = _loads_before_a_reduction(hoisted) > _loads_before_a_reduction(single)
     return RowBodies(single, looped, post, coord_lines, online,
-                     hoisted if moves_a_load else None, persistent_pre, persistent_body)
+                     hoisted if moves_a_load else None, persistent_pre, persistent_body,
+                     two_block)
 
 
 def _loads_before_a_reduction(lines: list[str]) -> int:

@@ -11,6 +11,9 @@ Pruning rules (each names the limit it enforces):
   item 16); whether the stages' shared memory fits
   is left to the compile check (which loads Triton pipelines, and so how much shared memory a
   stage takes, is the compiler's choice).
+- two_block: where the row is not a power of two wide and a head and a tail block hold it
+  in fewer lanes than one block (5120 = 4096 + 1024, not 8192), the single pass over those two
+  blocks, beside each single-pass tile (same rows and warps).
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
   targets) come also with those loads first; which order wins depends on the shape.
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
@@ -133,6 +136,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))
+        head, tail = heuristics.two_block_sizes(n_cols)
         for strategy in ("single_pass", "looped"):
             blocks = [p2] if strategy == "single_pass" else [b for b in (1024, 2048, 4096, 8192,
                                                                           16384) if b < p2]
@@ -159,6 +163,13 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                 out.append({"strategy": "persistent", "ROWS": rows,
                                             "BLOCK_N": block, "num_warps": w, "num_stages": st,
                                             "PROGRAMS_PER_SM": per_sm})
+                            if head + tail < p2 and rows * (head + tail) / threads <= 128 \
+                                    and rows * head >= threads:
+                                # the same row as a head and a tail block, no masked lanes
+                                # in registers (5120 = 4096 + 1024 instead of 8192)
+                                out.append({"strategy": "two_block", "ROWS": rows,
+                                            "BLOCK_N": head, "BLOCK_TAIL": tail,
+                                            "num_warps": w, "num_stages": 1})
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:

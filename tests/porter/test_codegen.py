@@ -434,3 +434,20 @@ def test_persistent_kernel_loads_weights_once_per_program() -> None:
     before_loop, loop = kernel.split("for block in tl.range(", 1)
     assert before_loop.count("tl.load(") == 2 and before_loop.count("mask=col_mask") == 2
     assert loop[:loop.index("\n\n\n")].count("tl.load(") == 1
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm, add_rmsnorm, cross_entropy])
+def test_two_block_single_pass_matches(fn) -> None:
+    # 37 columns as a 32 head and an 8 tail block; 5 rows in blocks of 2 (a half-full last
+    # block), into a NaN-poisoned out.
+    x = rand(5, 37) * 3.0
+    t = torch.tensor([3, -100, 36, 0, 12])
+    inputs = {layernorm: (x, rand(37), rand(37)), add_rmsnorm: (x, rand(5, 37, seed=1), rand(37)),
+              cross_entropy: (x, t)}.get(fn, (x,))
+    cfg = {"strategy": "two_block", "ROWS": 2, "BLOCK_N": 32, "BLOCK_TAIL": 8, "num_warps": 1}
+    op = check(fn, inputs, f"{fn.__name__}_two_block", torch.float32, config=cfg, use_out=True)
+    src = op.triton_module_source()
+    body = src[src.index("_two_block_kernel("):]
+    assert "cols_t" in body and "mask=mask_t" in body
+    with pytest.raises(ValueError, match="two_block needs BLOCK_N \\+ BLOCK_TAIL >= 37"):
+        run_generated(fn, inputs, f"{fn.__name__}_two_block_short", {**cfg, "BLOCK_TAIL": 4})

@@ -188,3 +188,15 @@ def test_hoist_is_offered_where_a_load_can_move_first(rms_op, tmp_path: Path) ->
     assert ref.constexprs["HOIST"] is True
     rep = targets.for_device(h100).compile(ref, LaunchConfig(cfg["num_warps"], 1), h100)
     assert rep.fits, rep.reasons
+
+
+def test_two_block_is_offered_where_it_holds_fewer_lanes() -> None:
+    h100 = hwmodels.get("h100")
+    for width, offered in ((5120, True), (4096, False), (1537, False), (3072, True)):
+        op = generate(softmax, (torch.randn(8, width, dtype=torch.bfloat16),), name=f"sm_{width}")
+        two = [c for c in op.variant_space(h100, op.example_inputs)
+               if c["strategy"] == "two_block"]
+        assert bool(two) == offered, width
+        for c in two:
+            assert c["BLOCK_N"] + c["BLOCK_TAIL"] >= width > c["BLOCK_N"]
+            assert c["BLOCK_N"] + c["BLOCK_TAIL"] < 2 * c["BLOCK_N"]

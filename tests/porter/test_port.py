@@ -119,3 +119,13 @@ def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row(
         narrow = (torch.randn(5, 100, generator=g), torch.randint(0, 100, (5,), generator=g))
         torch.testing.assert_close(cand(*narrow), ce(*narrow), rtol=1e-4, atol=1e-4)
         assert cand.refitted == [(3, 20000), (5, 100)]
+    # two blocks tuned for 40 columns (32 + 8): at 100 columns the head and tail are re-derived
+    # (64 + 64), and the kernel stays the two-block one
+    cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": 32, "BLOCK_TAIL": 8, "num_warps": 1}
+    cand = _refitting_candidate(module, op, hwmodels.get("h100"), cfg)
+    narrow = (torch.randn(5, 100, generator=g), torch.randint(0, 100, (5,), generator=g))
+    torch.testing.assert_close(cand(*narrow), ce(*narrow), rtol=1e-4, atol=1e-4)
+    assert cand.refitted == [(5, 100)]
+    fits = (torch.randn(5, 40, generator=g), torch.randint(0, 40, (5,), generator=g))
+    torch.testing.assert_close(cand(*fits), ce(*fits), rtol=1e-4, atol=1e-4)
+    assert cand.refitted == [(5, 100)]
