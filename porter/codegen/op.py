@@ -207,7 +207,7 @@ class GeneratedOp:
         from targets.base import KernelRef
 
         config = config or self.default_config(None, inputs)
-        if config.get("strategy") == "tma_persistent" and not self.tma_applies(inputs):
+        if config.get("strategy") in ("tma_persistent", "tma_ws") and not self.tma_applies(inputs):
             config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
@@ -283,6 +283,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("FLATTEN", True))  # the launcher's defaults too
     if name == "SUBTILE":
         return bool(config.get("SUBTILE", False))
+    if name == "WS":
+        return config.get("strategy") == "tma_ws"
     if name == "IEEE":
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
     if name == "STAGES":  # the persistent row kernel's loop stages
@@ -495,8 +497,8 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                      (*args.kinds, f"desc:in{ka}:{am}:{ak}:BLOCK_M:BLOCK_K",
                       f"desc:in{kb}:{bk}:{bn}:BLOCK_K:BLOCK_N", "i32", "i32", "i32", "i32",
                       f"ctma:in{ka}:{am}:{ak}", f"ctma:in{kb}:{bk}:{bn}"),
-                     ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "FLATTEN", "SUBTILE", "UPCAST"),
-                     ("tma_persistent",), tuple(args.launch_exprs))
+                     ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "FLATTEN", "SUBTILE", "WS", "UPCAST"),
+                     ("tma_persistent", "tma_ws"), tuple(args.launch_exprs))
     op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo, tma], src)
     # operands as (input index, row dim, col dim): A is [M, K], B is [K, N]
     op._mm = {"mnk": mnk, "a": (ka, am, ak), "b": (kb, bk, bn)}

@@ -26,6 +26,9 @@ Pruning rules (each names the limit it enforces):
   multiple of 16 bytes). They also keep the fp32 accumulator at <= 128 registers per thread
   (BM*BN / threads), which drops 128x256 tiles with 4 warps; at exactly 128 the epilogue runs
   on two N halves (SUBTILE), which is what kept it from spilling on sm_90 and sm_100.
+- tma_ws: the same kernel with its tile loop warp-specialized (4 warps per consumer group, no
+  SUBTILE: the pass fails with it), offered only where the installed Triton builds it
+  (`warp_specialization_builds`: 3.6, the device's version, for sm_90; not 3.9, not sm_100).
 """
 
 from __future__ import annotations
@@ -65,6 +68,21 @@ def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb
     if hw is None or not hw.has("tma") or hw.build.backend != "triton-cuda" or eb != 2:
         return False
     return op.tma_layout_ok(inputs, eb)
+
+
+def warp_specialization_builds(hw: HardwareModel) -> bool:
+    """Whether the installed Triton builds the warp-specialized TMA matmul (strategy tma_ws)
+    for `hw`.
+
+    Cross-compiled on the CPU (bench/NOTES.md item 25): for sm_90 triton 3.6 splits the tile
+    loop into a TMA producer and two MMA consumer groups (12 warps, setmaxnreg); its pass fails
+    for sm_100 (b200), and triton 3.9's fails on this kernel for sm_90 too. Other versions and
+    architectures are untested, so not offered.
+    """
+    import triton
+
+    version = tuple(int(p) for p in triton.__version__.split(".")[:2])
+    return version == (3, 6) and hw.build.backend == "triton-cuda" and hw.build.arch == "90"
 
 
 def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],
@@ -133,6 +151,12 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                             "FLATTEN": flat,
                                             "SUBTILE": 128 * bn // (w * warp) >= 128,
                                             "num_warps": w, "num_stages": st})
+                        if warp_specialization_builds(hw) and 4 in warps_ok:
+                            # two consumer groups of 4 warps share the 128-row tile, so the
+                            # accumulator takes 128 * bn / 256 registers per thread
+                            out.append({"strategy": "tma_ws", "BLOCK_M": 128, "BLOCK_N": bn,
+                                        "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": False,
+                                        "SUBTILE": False, "num_warps": 4, "num_stages": st})
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))
