@@ -899,18 +899,14 @@ class _refitting_candidate:  # noqa: N801 - used like a function
         import torch
 
         from porter.codegen import heuristics
-        from porter.search import SIZE_KNOBS
 
         cfg = self.config
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is not None and not _config_fits(self.gen_op, self.hw, inputs, cfg):
             fresh = self.gen_op.default_config(self.hw, tuple(inputs), first.dtype)
-            one_block = fresh.get("strategy") in ONE_BLOCK_STRATEGIES
-            if one_block and cfg.get("strategy") == "two_block":
-                head, tail = heuristics.two_block_sizes(int(first.shape[-1]))
-                cfg = {**cfg, "BLOCK_N": head, "BLOCK_TAIL": tail}
-            elif one_block:
-                cfg = {**cfg, **{k: v for k, v in fresh.items() if k in SIZE_KNOBS}}
+            if fresh.get("strategy") in ONE_BLOCK_STRATEGIES:
+                n_cols = self.gen_op.problem_sizes(tuple(inputs))["n_cols"]
+                cfg = {**cfg, **heuristics.one_block_sizes(cfg["strategy"], n_cols)}
             else:
                 # The row needs the looped kernel: the launcher's own config, as the loader
                 # runs it (a one-block config with a looped BLOCK_N is no config at all).

@@ -46,11 +46,14 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
             "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 2}
 
 
-def two_block_sizes(n_cols):
-    """(head, tail) blocks of the two-block single pass: the largest power of two below the
-    row, and the smallest power of two holding the rest (5120 -> 4096 + 1024)."""
-    head = max(1, _next_pow2(max(n_cols, 1)) // 2)
-    return head, _next_pow2(max(n_cols - head, 1))
+def one_block_sizes(strategy, n_cols):
+    """Size knobs of a strategy that holds the whole row, for rows of n_cols: one block of the
+    next power of two, or for two_block a head block (the largest power of two below the row)
+    and a tail block (the smallest power of two holding the rest): 5120 -> 4096 + 1024."""
+    if strategy == "two_block":
+        head = max(1, _next_pow2(max(n_cols, 1)) // 2)
+        return {"BLOCK_N": head, "BLOCK_TAIL": _next_pow2(max(n_cols - head, 1))}
+    return {"BLOCK_N": _next_pow2(max(n_cols, 1))}
 
 
 def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):

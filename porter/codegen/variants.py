@@ -160,7 +160,8 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))
-        head, tail = heuristics.two_block_sizes(n_cols)
+        two = heuristics.one_block_sizes("two_block", n_cols)
+        head, tail = two["BLOCK_N"], two["BLOCK_TAIL"]
         for strategy in ("single_pass", "looped"):
             blocks = [p2] if strategy == "single_pass" else [b for b in (1024, 2048, 4096, 8192,
                                                                           16384) if b < p2]
