@@ -1,0 +1,103 @@
+"""What one generated kernel compiles to, on the CPU: no GPU needed.
+
+The CPU-side numbers of bench/NOTES.md items 20 and 23-25 (registers, spills, shared memory,
+threads, `setmaxnreg` in the PTX, SASS instruction counts) come from this script. It generates
+an example op as `porter port` does, takes the kernels a config runs (`GeneratedOp.kernel_refs`),
+cross-compiles them through the porter's own compile check (`targets`), and with `--sass`
+(NVIDIA only) counts the SASS instructions of the cubin with the cuobjdump shipped in triton.
+The installed Triton is the compiler: the device runs triton 3.6, CPU CI 3.9, and they differ
+(e.g. the warp-specialized matmul builds in 3.6 only).
+
+    python bench/compile_report.py --op layernorm --shape 8192x5120 --target h200 \\
+        --config '{"strategy": "two_block", "ROWS": 1, "BLOCK_N": 4096, "BLOCK_TAIL": 1024,
+                   "num_warps": 8, "num_stages": 1}'
+    python bench/compile_report.py --op softmax --shape 4097x1537 --sass \\
+        --config '{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048, "num_warps": 8}'
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+from bench.sweep import DTYPES  # noqa: E402
+from bench.sweep import generated  # noqa: E402
+
+
+def sass_counts(ref, hw, config: dict) -> collections.Counter:
+    """Instruction mnemonics of the kernel's SASS (compiled in this process)."""
+    import triton
+
+    from targets.base import LaunchConfig
+    from targets.triton_common import build_source
+    from targets.triton_cuda import cuobjdump_path
+
+    backend = __import__("targets").for_device(hw)
+    options = backend.options(LaunchConfig(config["num_warps"], config.get("num_stages", 1)))
+    compiled = triton.compile(build_source(ref), target=backend.gpu_target(hw), options=options)
+    tool = cuobjdump_path()
+    if tool is None:
+        raise SystemExit("cuobjdump not found (it ships in triton's bin folder for NVIDIA)")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(compiled.asm["cubin"])
+        f.flush()
+        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout
+    ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
+    return collections.Counter(op.split(".")[0] for op in ops if not op.startswith("NOP"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--op", required=True, help="example op (examples/<op>/spec.py)")
+    ap.add_argument("--shape", required=True, help="e.g. 8192x5120 or 4096x4096x4096")
+    ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
+    ap.add_argument("--target", default="h100", help="hardware model name")
+    ap.add_argument("--config", required=True, help="the config, as JSON")
+    ap.add_argument("--sass", action="store_true", help="also count SASS instructions")
+    args = ap.parse_args(argv)
+
+    import hwmodels
+    import targets
+    from targets.base import LaunchConfig
+
+    hw = hwmodels.get(args.target)
+    config = json.loads(args.config)
+    spec, gen_op = generated(args.op)
+    shape = tuple(int(s) for s in args.shape.split("x"))
+    inputs = tuple(spec.make_inputs(shape, DTYPES[args.dtype], torch.device("meta"),
+                                    torch.Generator().manual_seed(0)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / f"{args.op}.py"
+        path.write_text(gen_op.triton_module_source())
+        for ref in gen_op.kernel_refs(inputs, config, source_path=str(path)):
+            rep = targets.for_device(hw).compile(
+                ref, LaunchConfig(config["num_warps"], config.get("num_stages", 1)), hw)
+            r = rep.resources
+            ptx = rep.artifacts.get("ptx", "")
+            print(f"{ref.name} on {hw.name}: {'fits' if rep.fits else 'does not fit'}; "
+                  f"{r.registers_per_thread} registers, {r.spill_bytes} B spilled, "
+                  f"{r.shared_memory_bytes} B shared, {r.threads_per_block} threads, "
+                  f"setmaxnreg x{len(re.findall('setmaxnreg', ptx))}"
+                  + (f"; {'; '.join(rep.reasons)}" if rep.reasons else ""))
+            if args.sass:
+                counts = sass_counts(ref, hw, config)
+                print(f"  {sum(counts.values())} SASS instructions: "
+                      f"{dict(counts.most_common(12))}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,17 @@
+"""bench/compile_report.py: one generated kernel cross-compiled on the CPU, its resources read."""
+
+from __future__ import annotations
+
+import json
+
+from bench.compile_report import main
+
+
+def test_reports_the_resources_of_each_kernel_a_config_runs(capsys) -> None:
+    config = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": 4096, "BLOCK_TAIL": 1024,
+              "num_warps": 8, "num_stages": 1}
+    assert main(["--op", "softmax", "--shape", "64x5120", "--target", "h100",
+                 "--config", json.dumps(config)]) == 0
+    out = capsys.readouterr().out
+    assert "_softmax_two_block_kernel on h100: fits;" in out
+    assert " registers, 0 B spilled, " in out and "256 threads" in out
