@@ -250,6 +250,8 @@ def test_warp_specialized_form_offered_only_where_triton_builds_it(lg_op, monkey
     big = _meta((4096, 4096), (4096, 4096), (4096,))
     h100 = hwmodels.get("h100")
     monkeypatch.setattr(triton, "__version__", "3.6.0")
+    assert not [c for c in lg_op.variant_space(h100, big) if c["strategy"] == "tma_ws"]
+    monkeypatch.setattr(variants, "OFFER_TMA_WS", True)
     ws = [c for c in lg_op.variant_space(h100, big) if c["strategy"] == "tma_ws"]
     assert ws and all(c["num_warps"] == 4 and not c["SUBTILE"] and not c["FLATTEN"] for c in ws)
     smem = int(h100.limits.shared_memory_per_block_bytes.value)
