@@ -284,7 +284,10 @@ def main(argv: list[str] | None = None) -> int:
                       f"LLC flushed every repetition (buffer 2x LLC), median of {args.reps} reps, "
                       "random normal inputs; our kernels loaded from the pack `porter port` wrote "
                       "on this device",
-            "liger": _liger_version()}
+            "liger": _liger_version(),
+            # switches that change what the porter offers (e.g. PORTER_OFFER_TMA_WS)
+            "porter_env": {k: v for k, v in sorted(os.environ.items())
+                           if k.startswith("PORTER_") and k != "PORTER_GIT_REV"}}
     rows_path = out / "rows.jsonl"
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in OPS]

@@ -54,8 +54,9 @@ class KernelInfo:
 
     params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>"/"ptr:tmp<i>",
     "i64", "i32", "cstride:<in k|out j>:<dim>" (a unit-stride constexpr), and for the TMA matmul
-    "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor)
-    and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed) per param;
+    "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
+    for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
+    its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
     constexprs: the constexpr parameter names, filled from a config.
     """
 
@@ -228,11 +229,20 @@ class GeneratedOp:
                 elif kind.startswith("ctma:"):
                     _, who, r, c = kind.split(":")
                     consts[p] = _tma_operand(inputs[int(who[2:])], int(r), int(c))
+                elif kind.startswith("rstride:"):
+                    # the row stride of the operand's TMA view (the launcher's a/b_stride)
+                    _, who, r, c = kind.split(":")
+                    t = inputs[int(who[2:])]
+                    value = t.stride(int(c) if _tma_operand(t, int(r), int(c)) else int(r))
+                    sig[p] = "i32:16" if value % 16 == 0 else "i32"
                 elif kind.startswith("desc:"):
                     _, who, r, c, br, bc = kind.split(":")
                     t = inputs[int(who[2:])]
                     if t.element_size() != 2:
                         raise ValueError(f"tma_persistent takes bf16/fp16 operands, got {t.dtype}")
+                    if config.get("strategy") == "tma_ws":
+                        sig[p] = "*" + TRITON_DTYPE[t.dtype]  # the operand: descriptor in-kernel
+                        continue
                     block = [int(config[br]), int(config[bc])]
                     if _tma_operand(t, int(r), int(c)):
                         block.reverse()
@@ -492,10 +502,11 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     # The persistent TMA kernel: descriptors typed per config ("desc:"), and whether each
     # operand is described transposed decided from the actual strides ("ctma:", a constexpr).
     tma = KernelInfo(ctx["kname"] + "_matmul_tma_kernel",
-                     (*args.params, "a_desc", "b_desc", "M", "N", "K", "num_programs", "A_T",
-                      "B_T"),
+                     (*args.params, "a_desc", "b_desc", "a_stride", "b_stride", "M", "N", "K",
+                      "num_programs", "A_T", "B_T"),
                      (*args.kinds, f"desc:in{ka}:{am}:{ak}:BLOCK_M:BLOCK_K",
-                      f"desc:in{kb}:{bk}:{bn}:BLOCK_K:BLOCK_N", "i32", "i32", "i32", "i32",
+                      f"desc:in{kb}:{bk}:{bn}:BLOCK_K:BLOCK_N", f"rstride:in{ka}:{am}:{ak}",
+                      f"rstride:in{kb}:{bk}:{bn}", "i32", "i32", "i32", "i32",
                       f"ctma:in{ka}:{am}:{ak}", f"ctma:in{kb}:{bk}:{bn}"),
                      ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "FLATTEN", "SUBTILE", "WS", "UPCAST"),
                      ("tma_persistent", "tma_ws"), tuple(args.launch_exprs))

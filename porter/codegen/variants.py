@@ -34,6 +34,7 @@ Pruning rules (each names the limit it enforces):
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
@@ -70,9 +71,9 @@ def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb
     return op.tma_layout_ok(inputs, eb)
 
 
-# The first H100 sweep with tma_ws configs never finished (bench/NOTES.md item 26): not
-# offered until bench/probe_tma_ws.py shows it runs.
-OFFER_TMA_WS = False
+# The first H100 sweep with tma_ws configs hung in the kernel (bench/NOTES.md item 26): not
+# offered unless PORTER_OFFER_TMA_WS=1, for a device where bench/probe_tma_ws.py showed it runs.
+OFFER_TMA_WS = os.environ.get("PORTER_OFFER_TMA_WS") == "1"
 
 
 def warp_specialization_builds(hw: HardwareModel) -> bool:

@@ -83,20 +83,27 @@ def test_linear_gelu_matches_reference(dtype: torch.dtype, epi: dict[str, Any]) 
     assert_close(got, ref, dtype)
 
 
-def test_b_stored_k_by_n_and_a_transposed() -> None:
+# tma_ws builds its descriptors in the kernel from the operands and their row strides: every
+# layout below checks those too.
+STRATEGIES = {"tma_persistent": SMALL, "tma_ws": {**SMALL, "strategy": "tma_ws", "FLATTEN": False}}
+
+
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_b_stored_k_by_n_and_a_transposed(strategy: str) -> None:
     # B = w as stored [K, N] (not transposed) with N % 8 == 0; A = a [K, M] view's transpose.
     x, w = rand(37, 64), rand(64, 72, seed=1, scale=0.125)
-    got, ref = run(mm_plain, (x, w), "mm_tma", SMALL)
+    got, ref = run(mm_plain, (x, w), f"mm_{strategy}", STRATEGIES[strategy])
     assert_close(got, ref, torch.bfloat16)
     xt = rand(64, 40, seed=3)
-    got, ref = run(mm_a_t, (xt, w), "mm_at_tma", SMALL)
+    got, ref = run(mm_a_t, (xt, w), f"mm_at_{strategy}", STRATEGIES[strategy])
     assert_close(got, ref, torch.bfloat16)
 
 
-def test_k_tail_is_zero_filled() -> None:
+@pytest.mark.parametrize("strategy", list(STRATEGIES))
+def test_k_tail_is_zero_filled(strategy: str) -> None:
     # K = 40 is not a multiple of BLOCK_K = 32: the last K box reads past K and must add zeros.
     x, w, b = rand(37, 40), rand(70, 40, seed=1, scale=0.2), rand(70, seed=2)
-    got, ref = run(linear_gelu, (x, w, b), "lg_tma_ktail", SMALL)
+    got, ref = run(linear_gelu, (x, w, b), f"lg_ktail_{strategy}", STRATEGIES[strategy])
     assert_close(got, ref, torch.bfloat16)
 
 
