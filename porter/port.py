@@ -23,12 +23,16 @@ projected order and a candidate that cannot beat the one already kept is not int
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
@@ -70,6 +74,28 @@ PREFER_REFERENCE_BELOW = 0.97
 # At 20, configs 4% apart at a 15 us shape swapped places between runs (bench/NOTES.md item 18);
 # a repetition costs about a quarter millisecond (head start and LLC flush included).
 DEVICE_REPS = 50
+
+# A candidate's runs on the device (its first launch compiles it) must finish within this;
+# one that does not is taken to be hung: a CUDA kernel cannot be stopped from the host, so the
+# run records it rejected and exits with DEVICE_HUNG_EXIT, and the same command resumes
+# without it. Seen with the warp-specialized matmul on host TMA descriptors (bench/NOTES.md
+# item 26), which hung `porter port` with it.
+DEVICE_DEADLINE_S = 300.0
+DEVICE_HUNG_EXIT = 3
+_exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, on_expire: Callable[[], None]) -> Iterator[None]:
+    """Run the block; if it is still running after `seconds`, call `on_expire` from a watchdog
+    thread (the blocked thread waits in CUDA with the GIL released, so the watchdog runs)."""
+    timer = threading.Timer(seconds, on_expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 class PortError(PorterError):
@@ -683,14 +709,18 @@ class _Porter:
         def make_args() -> tuple[Any, ...]:
             return tuple(self.problem.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
+        def hung(p: _Pending, what: str) -> Callable[[], None]:
+            return lambda: self._hung(hw, backend, bucket, dname, shape, p, what)
+
         at_shape = dataclasses.replace(self.problem, smoke_shape=tuple(shape))
         passing: list[tuple[_Pending, Any]] = []
         for p in pending:
             module = self._module(p.source, interpret=False)
             cand = _refitting_candidate(module, self.gen_op, hw, p.cand.config)
             try:
-                quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
-                              stages=["smoke"], dtypes=[dtype])
+                with deadline(DEVICE_DEADLINE_S, hung(p, f"its first run at {shape}")):
+                    quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
+                                  stages=["smoke"], dtypes=[dtype])
             except Exception as exc:  # noqa: BLE001 - a kernel that crashes is a verdict
                 self._judge(hw, backend, bucket, dname, shape, p, passed=False,
                             why=f"crashed at {shape}: {type(exc).__name__}: {exc}")
@@ -721,8 +751,9 @@ class _Porter:
                 break
             ckey = f"{self._check_key(p)}|{dname}"
             if ckey not in self._checks:
-                report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,
-                               dtypes=[dtype])
+                with deadline(DEVICE_DEADLINE_S, hung(p, "its check at the judge's shapes")):
+                    report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,
+                                   dtypes=[dtype])
                 msg = ("passed all stages on the device" if report.passed else
                        f"{report.failed.name}: {report.failed.message}" if report.failed
                        else "failed")
@@ -776,6 +807,18 @@ class _Porter:
                 self._judge(hw, backend, bucket, dname, shape, other, passed=True,
                             why="checked at its shape (smoke) and timed; slower than the kept")
         return tol
+
+    def _hung(self, hw: HardwareModel, backend: TargetBackend, bucket: str, dname: str,
+              shape: tuple[int, ...], p: _Pending, what: str) -> None:
+        """A candidate's device run passed its deadline (called from the watchdog thread):
+        record it rejected, say so, and end the process (the hung kernel holds the GPU)."""
+        why = (f"{what} did not finish in {DEVICE_DEADLINE_S:.0f} s: taken to be hung "
+               "(a CUDA kernel cannot be stopped from the host)")
+        self._judge(hw, backend, bucket, dname, shape, p, passed=False, why=why)
+        print(f"porter port: {hw.name} {bucket}/{dname} {_cfg(p.cand.config)}: {why}. Stopping; "
+              f"the ledger ({self.ledger.path}) has it rejected, so the same command resumes "
+              "without it.", file=sys.stderr, flush=True)
+        _exit(DEVICE_HUNG_EXIT)
 
     def _choice(self, hw: HardwareModel, backend: TargetBackend, shape: tuple[int, ...],
                 dname: str, bucket: str, cands: tuple[Candidate, ...]) -> BucketChoice | None:

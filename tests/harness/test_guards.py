@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import torch
@@ -66,16 +65,27 @@ def test_views_and_allocation_are_allowed() -> None:
     assert guards.torch_compute_ops(rec.ops) == []
 
 
-def test_completion_catches_a_late_writer() -> None:
+def test_completion_catches_a_late_writer(monkeypatch) -> None:
     out = torch.full((16,), float("nan"))
+    # The writer waits until the snapshot is taken (a fixed sleep raced it on a loaded CI
+    # machine); the wait after the snapshot then joins it.
+    snapshot_taken = threading.Event()
+    wait_after_snapshot = guards.sync_everything
+
+    def sync_after_snapshot(*args, **kwargs):
+        snapshot_taken.set()
+        return wait_after_snapshot(*args, **kwargs)
+
+    monkeypatch.setattr(guards, "sync_everything", sync_after_snapshot)
 
     def late() -> None:
-        time.sleep(0.005)
+        snapshot_taken.wait(5.0)
         out.fill_(1.0)
 
+    before = set(threading.enumerate())
     t = threading.Thread(target=late)
     t.start()
-    msg = guards.completion_diff(out, torch.device("cpu"), cpu_wait_s=0.05)
+    msg = guards.completion_diff(out, torch.device("cpu"), cpu_wait_s=0.05, threads_before=before)
     t.join()
     assert msg is not None and "returned before the work finished" in msg and "16 of 16" in msg
 

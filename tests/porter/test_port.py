@@ -129,3 +129,50 @@ def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row(
     fits = (torch.randn(5, 40, generator=g), torch.randint(0, 40, (5,), generator=g))
     torch.testing.assert_close(cand(*fits), ce(*fits), rtol=1e-4, atol=1e-4)
     assert cand.refitted == [(5, 100)]
+
+
+def test_deadline_calls_back_only_when_the_block_overruns() -> None:
+    import threading
+    import time
+
+    from porter.port import deadline
+
+    fired = threading.Event()
+    with deadline(0.05, fired.set):
+        time.sleep(0.5)
+    assert fired.is_set()
+    quiet = threading.Event()
+    with deadline(0.5, quiet.set):
+        pass
+    time.sleep(0.7)
+    assert not quiet.is_set()
+
+
+def test_a_hung_candidate_is_recorded_rejected_and_the_run_resumes_without_it(
+        tmp_path: Path, monkeypatch, capsys) -> None:
+    # What the watchdog does when a candidate's device run passes its deadline (the kernel of
+    # bench/NOTES.md item 26 never finished): the ledger gets the verdict before the process
+    # ends, so reopening it (a resumed run) finds the candidate judged.
+    import hwmodels
+    from porter import port as port_mod
+    from porter.ledger import Ledger
+    from porter.ledger import candidate_key
+    from porter.search import Candidate
+
+    exits: list[int] = []
+    monkeypatch.setattr(port_mod, "_exit", exits.append)
+    porter_ = port_mod._Porter.__new__(port_mod._Porter)
+    porter_.ledger = Ledger(tmp_path / "ledger.jsonl")
+    porter_.progress = lambda line: None
+    cfg = {"strategy": "tma_ws", "BLOCK_M": 128, "dtype": "bf16"}
+    key = candidate_key("h100", "ab" * 32, cfg, "4096x4096", "bf16")
+    pending = port_mod._Pending(Candidate(cfg), "src", "ab" * 32, key, {}, {}, "compiled")
+    porter_._hung(hwmodels.get("h100"), None, "4096x4096", "bf16", (4096, 4096), pending,
+                  "its first run at (4096, 4096)")
+    assert exits == [port_mod.DEVICE_HUNG_EXIT]
+    err = capsys.readouterr().err
+    assert "did not finish in" in err and "resumes without it" in err
+    reopened = Ledger(tmp_path / "ledger.jsonl")
+    entry = reopened.get(key)
+    assert reopened.done(key) and entry is not None
+    assert entry.verdict == "rejected" and "taken to be hung" in entry.reason
