@@ -27,8 +27,10 @@ Pruning rules (each names the limit it enforces):
   (BM*BN / threads), which drops 128x256 tiles with 4 warps; at exactly 128 the epilogue runs
   on two N halves (SUBTILE), which is what kept it from spilling on sm_90 and sm_100.
 - tma_ws: the same kernel with its tile loop warp-specialized (4 warps per consumer group, no
-  SUBTILE: the pass fails with it), offered only where the installed Triton builds it
-  (`warp_specialization_builds`: 3.6, the device's version, for sm_90; not 3.9, not sm_100).
+  SUBTILE: the pass fails with it) and its TMA descriptors made in the kernel, offered where
+  the installed Triton builds it (`warp_specialization_builds`: 3.6, the device's version, for
+  sm_90; not 3.9, not sm_100) and only under PORTER_OFFER_TMA_WS=1 (`OFFER_TMA_WS`): measured
+  6% slower than tma_persistent on the H100 (bench/NOTES.md item 26).
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb
     return op.tma_layout_ok(inputs, eb)
 
 
-# The first H100 sweep with tma_ws configs hung in the kernel (bench/NOTES.md item 26): not
-# offered unless PORTER_OFFER_TMA_WS=1, for a device where bench/probe_tma_ws.py showed it runs.
+# tma_ws runs on the H100 (with in-kernel descriptors; host ones hung) but lost to
+# tma_persistent by 6% (bench/NOTES.md item 26): offered only under PORTER_OFFER_TMA_WS=1, to
+# re-measure on a later Triton.
 OFFER_TMA_WS = os.environ.get("PORTER_OFFER_TMA_WS") == "1"
 
 
