@@ -225,9 +225,10 @@ def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
 
 def _anchor(config: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     """The default, with its warps scaled to the lanes `config`'s block holds where that is
-    a head and a tail block (two_block): the same elements per thread as the default. At
-    8192x5120 on the H200 the 4-warp two_block layernorm (5120 lanes, 40 per thread) ran 47.5 us,
-    the 8-warp one (the default's warps) was not in the top ten (bench/NOTES.md item 26)."""
+    a head and a tail block (two_block): about the default's elements per thread. At 8192x5120
+    on the H200 the 4-warp two_block layernorm (5120 lanes, 40 per thread; the default holds 32)
+    ran 47.5 us, the 8-warp one (the default's warps) was not in the top ten (bench/NOTES.md
+    item 27)."""
     tail, warps, block = config.get("BLOCK_TAIL"), base.get("num_warps"), base.get("BLOCK_N")
     if not tail or not isinstance(warps, int) or not isinstance(block, int):
         return base

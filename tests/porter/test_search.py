@@ -53,3 +53,14 @@ def test_rowwise_search_changes_one_knob_at_a_time() -> None:
     for c in cands[4:]:
         changed = [k for k in c if k != "dtype" and c[k] != default[k]]
         assert len(changed) == 1, (c, changed)
+
+
+def test_two_block_first_try_keeps_about_the_defaults_elements_per_thread() -> None:
+    # Width 5120: the default is one 8192 block at 8 warps (32 elements per thread); the
+    # two-block form holds 4096 + 1024 lanes, so its first try is the 4-warp one (40 per
+    # thread), the form that won on the H200 and H100 (bench/NOTES.md item 27), not 8 warps.
+    cands = _candidates("layernorm", (8192, 5120), "h200", 8)
+    assert (cands[0]["strategy"], cands[0]["BLOCK_N"], cands[0]["num_warps"]) == (
+        "single_pass", 8192, 8)
+    (first,) = [c for c in cands if c["strategy"] == "two_block"][:1]
+    assert (first["BLOCK_N"], first["BLOCK_TAIL"], first["num_warps"]) == (4096, 1024, 4)
