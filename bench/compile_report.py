@@ -36,22 +36,15 @@ from bench.sweep import DTYPES  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 
 
-def sass_counts(ref, hw, config: dict) -> collections.Counter:
-    """Instruction mnemonics of the kernel's SASS (compiled in this process)."""
-    import triton
-
-    from targets.base import LaunchConfig
-    from targets.triton_common import build_source
+def sass_counts(cubin: bytes) -> collections.Counter:
+    """Instruction mnemonics of a cubin's SASS (the one the compile check built)."""
     from targets.triton_cuda import cuobjdump_path
 
-    backend = __import__("targets").for_device(hw)
-    options = backend.options(LaunchConfig(config["num_warps"], config.get("num_stages", 1)))
-    compiled = triton.compile(build_source(ref), target=backend.gpu_target(hw), options=options)
     tool = cuobjdump_path()
     if tool is None:
         raise SystemExit("cuobjdump not found (it ships in triton's bin folder for NVIDIA)")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(compiled.asm["cubin"])
+        f.write(cubin)
         f.flush()
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
                               check=True).stdout
@@ -93,7 +86,9 @@ def main(argv: list[str] | None = None) -> int:
                   f"setmaxnreg x{len(re.findall('setmaxnreg', ptx))}"
                   + (f"; {'; '.join(rep.reasons)}" if rep.reasons else ""))
             if args.sass:
-                counts = sass_counts(ref, hw, config)
+                if rep.binary is None or hw.build.backend != "triton-cuda":
+                    raise SystemExit("--sass reads a cubin: NVIDIA targets only")
+                counts = sass_counts(rep.binary)
                 print(f"  {sum(counts.values())} SASS instructions: "
                       f"{dict(counts.most_common(12))}")
     return 0

@@ -258,7 +258,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
             open_loop()
             av = em.eval(r.args[0], full)
-            em.emit(f"a = {av}" if em.masked_value(av) == 0.0 else f"a = tl.where(mask, {av}, 0.0)")
+            em.emit(f"a = {_lanes_as_identity(em, av, 'sum')}")
             em.emit("m_new = tl.maximum(m_acc, a)")
             em.emit("ratio = tl.where(m_new > 0, m_acc / m_new, 0.0)")
             em.emit("q = tl.where(m_new > 0, a / m_new, 0.0)")
@@ -280,10 +280,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("s_row = tl.zeros([ROWS, 1], tl.float32)")
             open_loop()
             gv = em.eval(r.args[0], full)
-            if em.masked_value(gv) == float("-inf"):
-                em.emit(f"g = {gv}")
-            else:
-                em.emit(f"g = tl.where(mask, {gv}, float('-inf'))")
+            em.emit(f"g = {_lanes_as_identity(em, gv, 'max')}")
             em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
             # Rows that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
             em.emit("safe = m_new > float('-inf')")
@@ -297,9 +294,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             continue
         em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
         open_loop()
-        v = em.eval(r.args[0], full)
-        if em.masked_value(v) != IDENTITY_VALUE[kind]:
-            v = f"tl.where(mask, {v}, {IDENTITY[kind]})"
+        v = _lanes_as_identity(em, em.eval(r.args[0], full), kind)
         v = f"({v}).to(tl.float32)" if kind == "sum" else v
         em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
         close_loop()
@@ -394,6 +389,14 @@ def hoist_reduction_free(lines: list[str]) -> list[str]:
     """
     movable, rest = split_invariant(lines, set())
     return movable + rest
+
+
+def _lanes_as_identity(em: Emitter, v: str, kind: str) -> str:
+    """`v` with its masked lanes set to the identity of a `kind` reduction: `v` itself where
+    they already hold it (its load's fill), else a select."""
+    if em.masked_value(v) == IDENTITY_VALUE[kind]:
+        return v
+    return f"tl.where(mask, {v}, {IDENTITY[kind]})"
 
 
 def _masked_lanes_hold_identity(em: Emitter, r: Node, v: str, pairs: dict[int, Node],
