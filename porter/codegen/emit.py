@@ -9,6 +9,8 @@ they cost no memory traffic; pointwise ops become one line each; loads happen on
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -90,6 +92,30 @@ def _one_plus_erf_arg(n: Node) -> Node | None:
         if (isinstance(a, Node) and a.op == "pw" and a.attrs.get("fn") == "erf"
                 and not isinstance(b, (Node, bool)) and b == 1.0 and isinstance(a.args[0], Node)):
             return a.args[0]
+    return None
+
+
+def _scaled(n: Any, factor: float) -> Node | None:
+    """x when `n` is mul(x, factor) or mul(factor, x) of a node x, else None."""
+    if not (isinstance(n, Node) and n.op == "pw" and n.attrs.get("fn") == "mul"
+            and len(n.args) == 2):
+        return None
+    for a, b in (n.args, n.args[::-1]):
+        if isinstance(a, Node) and not isinstance(b, (Node, bool)) and abs(b - factor) < 1e-12:
+            return a
+    return None
+
+
+def _gelu_arg(n: Node) -> Node | None:
+    """x when `n` is GELU's erf form as traced, mul(mul(x, 0.5), 1 + erf(mul(x, 1/sqrt 2)))
+    in either operand order, else None."""
+    if n.attrs.get("fn") != "mul" or len(n.args) != 2:
+        return None
+    for a, b in (n.args, n.args[::-1]):
+        x = _scaled(a, 0.5)
+        y = _one_plus_erf_arg(b) if isinstance(b, Node) and b.op == "pw" else None
+        if x is not None and y is not None and _scaled(y, 1.0 / math.sqrt(2.0)) is x:
+            return x
     return None
 
 
@@ -294,6 +320,17 @@ class Emitter:
             keeps = value_class(n.dtype) == "f" and isinstance(n.args[0], Node) and \
                 value_class(n.args[0].dtype) == "f"
             return self.masked_value(self.eval(n.args[0], coords, extra)) if keeps else None
+        fused = None
+        if self.dialect == "triton":  # helpers that take one operand (pointwise below)
+            x = _gelu_arg(n)
+            fused = (x, torch.nn.functional.gelu) if x is not None else None
+            y = _one_plus_erf_arg(n)
+            fused = (y, lambda v: 1.0 + torch.erf(v)) if y is not None else fused
+        if fused is not None:
+            # not through the args: evaluating them would emit code the helper does not use
+            arg, f = fused
+            v = self.masked_value(self.eval(arg, self.broadcast_coords(coords, arg.shape), extra))
+            return None if v is None else float(f(torch.tensor(v, dtype=torch.float32)))
         if fn not in MASKED_LANE_FN:
             return None
         vals = []
@@ -416,6 +453,11 @@ class Emitter:
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]
         if self.dialect == "triton":
+            gelu_arg = _gelu_arg(n)
+            if gelu_arg is not None:
+                # the whole GELU: one helper, cheaper on 16-bit outputs (see fastmath.py)
+                x = self.eval(gelu_arg, self.broadcast_coords(coords, gelu_arg.shape), extra)
+                return self.tmp(f"porter_gelu({x}, {self.lowp})")
             erf_arg = _one_plus_erf_arg(n)
             if erf_arg is not None:
                 # 1 + erf(y) (GELU): one helper, erfc(-y) on 16-bit outputs (see fastmath.py)

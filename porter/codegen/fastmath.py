@@ -17,6 +17,11 @@ with P a polynomial of degree 5 fitted here (`fit_erfc`), relative error < 1e-5 
 (erfc underflows fp32 past ~10). Then erf(y) = sign(y) (1 - erfc(|y|)) and, without the
 cancellation of 1 + erf(y) for negative y, 1 + erf(y) = erfc(-y) (GELU's form: its negative
 tail keeps its relative accuracy, which eager's 1 + erff(y) loses).
+GELU itself, x (1 + erf(x / sqrt 2)) / 2, is one helper when the emitter sees its whole pattern
+(`porter_gelu`): with h = erfc(|x| / sqrt 2) / 2 it is max(x, 0) - |x| h, the 1/2 folded into
+the exponent and 1/sqrt 2 into the constants, ~16 instructions per element against ~20 for
+the same formula spelled out op by op (bench/NOTES.md item 29: the matmul's fused epilogue is
+issue-bound on these).
 A kernel with an fp32 (or wider) output keeps `tl.erf`. The choice is made when the kernel is
 compiled, from its output pointers' element types: one generated module serves every dtype.
 """
@@ -72,6 +77,21 @@ def erfc_pos(z: np.ndarray, coeffs: tuple[float, ...] = ERFC_COEFFS,
     return t * np.exp2(poly - z * z * dtype(1.0 / math.log(2.0)))
 
 
+def gelu_lowp(x: np.ndarray, coeffs: tuple[float, ...] = ERFC_COEFFS) -> np.ndarray:
+    """`porter_gelu`'s LOWP formula in numpy float32, step for step as the kernel runs it."""
+    x = np.asarray(x, dtype=np.float32)
+    f = np.float32
+    r = f(1.0) / np.sqrt(f(1.0) + f(ERFC_P / math.sqrt(2.0)) * np.abs(x))
+    t = r * r
+    poly = np.full_like(t, f(coeffs[-1]))
+    for c in reversed(coeffs[1:-1]):
+        poly = poly * t + f(c)
+    poly = poly * t + f(coeffs[0] - 1.0)  # the 1/2 of h, as 2^-1
+    with np.errstate(over="ignore", invalid="ignore"):
+        h = t * np.exp2(poly - x * x * f(0.5 / math.log(2.0)))
+        return np.maximum(x, f(0.0)) - np.abs(x) * h
+
+
 def triton_source() -> str:
     """The `@triton.jit` helpers a generated module gets when its graph computes erf."""
     taylor = f"{ERF_TAYLOR[-1]!r}"
@@ -80,6 +100,11 @@ def triton_source() -> str:
     horner = f"{ERFC_COEFFS[-1]!r}"
     for c in reversed(ERFC_COEFFS[:-1]):
         horner = f"({horner}) * t + {c!r}"
+    # the same polynomial with h's 1/2 folded in (2^(P - 1))
+    half = f"{ERFC_COEFFS[-1]!r}"
+    for c in reversed(ERFC_COEFFS[1:-1]):
+        half = f"({half}) * t + {c!r}"
+    half = f"({half}) * t + {ERFC_COEFFS[0] - 1.0!r}"
     return f'''
 
 @triton.jit
@@ -105,6 +130,19 @@ def porter_erf(y, LOWP: tl.constexpr):
         return tl.where(tl.abs(y) < 0.5, small, tl.where(y < 0, e - 1.0, 1.0 - e))
     else:
         return tl.erf(y)
+
+
+@triton.jit
+def porter_gelu(x, LOWP: tl.constexpr):
+    """GELU, x (1 + erf(x / sqrt 2)) / 2; LOWP: max(x, 0) - |x| h, h = erfc(|x| / sqrt 2) / 2
+    (porter_erfc_pos with 1/sqrt 2 in its constants and the 1/2 in its exponent)."""
+    if LOWP:
+        r = tl.rsqrt(1.0 + {ERFC_P / math.sqrt(2.0)!r} * tl.abs(x))
+        t = r * r
+        h = t * tl.exp2({half} - x * x * {0.5 / math.log(2.0)!r})
+        return tl.maximum(x, 0.0) - tl.abs(x) * h
+    else:
+        return x * 0.5 * (1.0 + tl.erf(x * {1.0 / math.sqrt(2.0)!r}))
 
 
 @triton.jit
