@@ -223,9 +223,8 @@ def main(argv: list[str] | None = None) -> int:
             providers[name] = (lambda *a, _m=module, _c=config: _m.launch(*a, config=_c))
         providers["eager"] = spec.reference
         providers["matmul_alone"] = matmul_alone_provider()
-        cmp = compare(providers, lambda: tuple(spec.make_inputs(shape, torch.bfloat16, dev,
-                                                                 torch.Generator(dev))),
-                      hw=hw, reps=args.reps, warmup=3)
+        cmp = compare(providers, lambda _s=shape: tuple(spec.make_inputs(
+            _s, torch.bfloat16, dev, torch.Generator(dev))), hw=hw, reps=args.reps, warmup=3)
         flops = 2 * shape[0] * shape[1] * shape[2]
         alone = cmp.timings["matmul_alone"].median_ms
         rows = {}

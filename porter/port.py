@@ -80,6 +80,8 @@ DEVICE_REPS = 50
 # run records it rejected and exits with DEVICE_HUNG_EXIT, and the same command resumes
 # without it. Seen with the warp-specialized matmul on host TMA descriptors (bench/NOTES.md
 # item 26), which hung `porter port` with it.
+# PORTER_DEVICE_DEADLINE_S overrides it (kernels that truly run longer; the GPU test of the
+# watchdog, which should not wait 5 minutes).
 DEVICE_DEADLINE_S = 300.0
 DEVICE_HUNG_EXIT = 3
 _exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
@@ -100,6 +102,25 @@ def deadline(seconds: float, on_expire: Callable[[], None]) -> Iterator[None]:
 
 class PortError(PorterError):
     """The port cannot start: unknown target, or a spec/op the porter cannot handle."""
+
+
+def device_deadline_s() -> float:
+    """The deadline of a candidate's device runs: PORTER_DEVICE_DEADLINE_S or DEVICE_DEADLINE_S.
+
+    Raises:
+        PortError: the variable is set but not a positive number of seconds.
+    """
+    text = os.environ.get("PORTER_DEVICE_DEADLINE_S")
+    if text is None:
+        return DEVICE_DEADLINE_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise PortError(f"PORTER_DEVICE_DEADLINE_S={text!r}: expected a positive, finite "
+                        "number of seconds")
+    return value
 
 
 @dataclass(frozen=True)
@@ -709,8 +730,10 @@ class _Porter:
         def make_args() -> tuple[Any, ...]:
             return tuple(self.problem.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
+        limit = device_deadline_s()
+
         def hung(p: _Pending, what: str) -> Callable[[], None]:
-            return lambda: self._hung(hw, backend, bucket, dname, shape, p, what)
+            return lambda: self._hung(hw, backend, bucket, dname, shape, p, what, limit)
 
         at_shape = dataclasses.replace(self.problem, smoke_shape=tuple(shape))
         passing: list[tuple[_Pending, Any]] = []
@@ -718,7 +741,7 @@ class _Porter:
             module = self._module(p.source, interpret=False)
             cand = _refitting_candidate(module, self.gen_op, hw, p.cand.config)
             try:
-                with deadline(DEVICE_DEADLINE_S, hung(p, f"its first run at {shape}")):
+                with deadline(limit, hung(p, f"its first run at {shape}")):
                     quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
                                   stages=["smoke"], dtypes=[dtype])
             except Exception as exc:  # noqa: BLE001 - a kernel that crashes is a verdict
@@ -751,7 +774,7 @@ class _Porter:
                 break
             ckey = f"{self._check_key(p)}|{dname}"
             if ckey not in self._checks:
-                with deadline(DEVICE_DEADLINE_S, hung(p, "its check at the judge's shapes")):
+                with deadline(limit, hung(p, "its check at the judge's shapes")):
                     report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,
                                    dtypes=[dtype])
                 msg = ("passed all stages on the device" if report.passed else
@@ -809,10 +832,11 @@ class _Porter:
         return tol
 
     def _hung(self, hw: HardwareModel, backend: TargetBackend, bucket: str, dname: str,
-              shape: tuple[int, ...], p: _Pending, what: str) -> None:
+              shape: tuple[int, ...], p: _Pending, what: str,
+              limit: float = DEVICE_DEADLINE_S) -> None:
         """A candidate's device run passed its deadline (called from the watchdog thread):
         record it rejected, say so, and end the process (the hung kernel holds the GPU)."""
-        why = (f"{what} did not finish in {DEVICE_DEADLINE_S:.0f} s: taken to be hung "
+        why = (f"{what} did not finish in {limit:.0f} s: taken to be hung "
                "(a CUDA kernel cannot be stopped from the host)")
         self._judge(hw, backend, bucket, dname, shape, p, passed=False, why=why)
         print(f"porter port: {hw.name} {bucket}/{dname} {_cfg(p.cand.config)}: {why}. Stopping; "
@@ -1043,6 +1067,7 @@ def port(
         raise PortError(f"unknown target(s) {', '.join(unknown)}; known: {known}")
     if not targets:
         raise PortError("no targets given; e.g. --targets h100,mi300x")
+    device_deadline_s()  # a bad PORTER_DEVICE_DEADLINE_S fails here, not at the first GPU run
     spec = load_spec(spec_path)
 
     rd = Path(run_dir) if run_dir is not None else DEFAULT_RUNS_DIR / new_run_id()

@@ -10,7 +10,6 @@ they cost no memory traffic; pointwise ops become one line each; loads happen on
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any

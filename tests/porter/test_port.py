@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 from click.testing import CliRunner
 
@@ -176,3 +177,74 @@ def test_a_hung_candidate_is_recorded_rejected_and_the_run_resumes_without_it(
     entry = reopened.get(key)
     assert reopened.done(key) and entry is not None
     assert entry.verdict == "rejected" and "taken to be hung" in entry.reason
+
+
+def test_device_deadline_comes_from_the_environment(monkeypatch) -> None:
+    from porter.port import DEVICE_DEADLINE_S
+    from porter.port import PortError
+    from porter.port import device_deadline_s
+
+    monkeypatch.delenv("PORTER_DEVICE_DEADLINE_S", raising=False)
+    assert device_deadline_s() == DEVICE_DEADLINE_S
+    monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", "12.5")
+    assert device_deadline_s() == 12.5
+    for bad in ("soon", "0", "-3", "inf", "nan"):
+        monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", bad)
+        with pytest.raises(PortError, match="PORTER_DEVICE_DEADLINE_S"):
+            device_deadline_s()
+
+
+def test_port_refuses_a_bad_deadline_before_it_starts(tmp_path: Path, monkeypatch) -> None:
+    spec = _small_spec(tmp_path)
+    monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", "soon")  # _porter passes it on
+    result = _porter("port", str(spec), "--targets", "h100", "--out", str(tmp_path / "p"),
+                     "--run-dir", str(tmp_path / "run"))
+    assert result.returncode != 0
+    assert "PORTER_DEVICE_DEADLINE_S='soon'" in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not (tmp_path / "run" / "ledger.jsonl").exists()  # refused before any candidate
+
+
+_SPIN = """\
+    # never ends: two volatile loads of one value compare equal every time (the GPU test of the
+    # port's watchdog, tests/porter/test_port.py)
+    a = tl.load(x_ptr, volatile=True)
+    b = tl.load(x_ptr, volatile=True)
+    while a == b:
+        a = tl.load(x_ptr, volatile=True)
+        b = tl.load(x_ptr, volatile=True)
+"""
+
+
+@pytest.mark.gpu
+def test_watchdog_stops_a_hung_kernel_on_the_gpu_and_the_run_resumes_without_it(
+        tmp_path: Path, monkeypatch) -> None:
+    """The spec's own Triton kernel spins forever: the port records it rejected when the
+    deadline passes and exits with status 3; the same command then finishes without it."""
+    import hwmodels
+    from porter.ledger import Ledger
+    from porter.pack import read_manifest
+    from porter.port import DEVICE_HUNG_EXIT
+
+    lines = (ROOT / "examples" / "rmsnorm" / "kernel.py").read_text().splitlines(keepends=True)
+    (row,) = [i for i, line in enumerate(lines) if line.startswith("    row = tl.program_id(0)")]
+    lines.insert(row + 1, _SPIN)  # right after the kernel's first line
+    (tmp_path / "kernel.py").write_text("".join(lines))
+    text = (ROOT / "examples" / "rmsnorm" / "spec.py").read_text()
+    text += "\nSHAPES = [(4096, 4096)]\nDTYPES = [torch.float32]\n"
+    (tmp_path / "spec.py").write_text(text)
+    target = hwmodels.detect().model.name
+    args = ("port", str(tmp_path / "spec.py"), "--targets", target, "--out",
+            str(tmp_path / "packs"), "--run-dir", str(tmp_path / "run"), "--max-variants", "2")
+    monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", "20")
+    hung = _porter(*args)
+    assert hung.returncode == DEVICE_HUNG_EXIT, hung.stdout[-2000:] + hung.stderr[-2000:]
+    assert "taken to be hung" in hung.stderr
+    rejected = [e for e in Ledger(tmp_path / "run" / "ledger.jsonl")
+                if e.verdict == "rejected" and "taken to be hung" in e.reason]
+    assert [e.config.get("origin") for e in rejected] == ["existing"]
+    resumed = _porter(*args)
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert "already judged (rejected)" in resumed.stdout + resumed.stderr
+    manifest = read_manifest(tmp_path / "packs" / "rmsnorm")
+    assert {b["origin"] for e in manifest["entries"] for b in e["buckets"]} == {"generated"}
