@@ -12,9 +12,12 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   i32    32-bit row offsets instead of int64 (valid here: every tensor < 2**31 elements)
   cs     full-row stores with cache_modifier=".cs" (streaming: evict first)
   ef     full-row loads in single-pass kernels with eviction_policy="evict_first"
-  all    every transform above
+  all    every transform above (not tl_exp)
+  tl_exp exp as tl.exp again, where the emitter writes tl.exp2(x * log2 e) since item 30
+         (tl.exp is ex2.approx.f32 on NVIDIA, with a subnormal fix-up per element)
 
     python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
+        [--transforms base,tl_exp]
 
 Per case every variant (x two num_warps) is checked once against the float64 reference, then
 all right variants, eager PyTorch, Liger-Kernel (when installed) and a copy of the same bytes
@@ -68,12 +71,23 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                        "num_warps": 8, "num_stages": 2},
                                       {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                        "num_warps": 32}],
+    # the H100 run8 picks (results/h100-2026-11-23-run8/full-suite/), for item 30's exp2
+    "cross_entropy:4096x32768:bf16@run8": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b,
+                                            "num_warps": 8, "num_stages": 2}
+                                           for b in (16384, 8192)],
+    "softmax:4096x4096:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096,
+                                "num_warps": 8}],
+    "softmax:8192x5120:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
+                                "num_warps": 8}],
+    "softmax:4096x32768:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
+                                 "num_warps": 32}],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all")
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp")
+_EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 
 
 def hoist_loads(lines: list[str]) -> list[str]:
@@ -103,6 +117,8 @@ def _edit_kernels(source: str, edit: Callable[[str, str], str]) -> str:
 
 def transform(source: str, which: str) -> str:
     todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
+    if "tl_exp" in todo:
+        return _EXP2.sub(r"tl.exp(\1)", source)
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):
@@ -127,12 +143,13 @@ def transform(source: str, which: str) -> str:
     return _edit_kernels(source, edit)
 
 
-def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int) -> list[dict[str, Any]]:
+def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
+               transforms: tuple[str, ...] = TRANSFORMS) -> list[dict[str, Any]]:
     from bench.suite import liger_provider
     from harness.timing import compare
     from porter.codegen import load_generated_module
 
-    op_name, shape, dname = parse_case(text)
+    op_name, shape, dname = parse_case(text.split("@")[0])
     dtype = DTYPES[dname]
     spec, gen_op = generated(op_name)
     base_src = gen_op.triton_module_source()
@@ -140,7 +157,7 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int) -> 
     rows: list[dict[str, Any]] = []
     providers: dict[str, Callable[..., Any]] = {}
     t0 = time.time()
-    for which in TRANSFORMS:
+    for which in transforms:
         src = transform(base_src, which)
         if which != "base" and src == base_src:
             continue  # the transform changes nothing in this op
@@ -214,6 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,... (from CASES)")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--transforms", default=",".join(TRANSFORMS), help="of " + ",".join(TRANSFORMS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
@@ -235,7 +253,8 @@ def main(argv: list[str] | None = None) -> int:
         for text in args.cases.split(","):
             if text not in CASES:
                 raise SystemExit(f"probe: unknown case {text!r}; known: {', '.join(CASES)}")
-            rows = probe_case(text, CASES[text], det.model, args.reps)
+            rows = probe_case(text, CASES[text], det.model, args.reps,
+                              tuple(t for t in args.transforms.split(",") if t))
             for r in rows:
                 sink.write(json.dumps(r, default=str) + "\n")
             sink.flush()

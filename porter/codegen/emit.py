@@ -38,14 +38,19 @@ TRITON_FN = {
     # div: IEEE round-to-nearest, as PyTorch does; plain `/` is an approximate (2 ulp) division on
     # NVIDIA, which breaks e.g. layernorm of a constant row (sum/n != x exactly -> x - mean != 0).
     "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "tl.math.div_rn(tl.cast({0}, tl.float32), tl.cast({1}, tl.float32))",
-    "neg": "(-{0})", "exp": "tl.exp({0})", "log": "tl.log({0})", "sqrt": "tl.sqrt({0})",
+    # exp as exp2: tl.exp is ex2.approx.f32 on NVIDIA, whose subnormal results cost three more
+    # instructions per element (a compare and two scaling multiplies); tl.exp2 is the .ftz
+    # form, which flushes results under 2^-126 to 0 (bench/NOTES.md item 30)
+    "neg": "(-{0})", "exp": "tl.exp2(({0}) * 1.4426950408889634)", "log": "tl.log({0})",
+    "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
     # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
-    "tanh": "(1.0 - 2.0 / (tl.exp(2.0 * {0}) + 1.0))",
+    "tanh": "(1.0 - 2.0 / (tl.exp2(2.8853900817779268 * {0}) + 1.0))",
     "abs": "tl.abs({0})", "reciprocal": "(1.0 / {0})",
     # log1p/expm1 without cancellation for tiny |x| (Goldberg's and Kahan's corrections):
     # u = 1 + x rounds; log(u) * x / (u - 1) restores the lost bits. Branch-free via where.
-    "log1p": "tl.log(1.0 + {0})", "expm1": "(tl.exp({0}) - 1.0)",  # see Emitter._log1p/_expm1
+    "log1p": "tl.log(1.0 + {0})",  # see Emitter._log1p/_expm1
+    "expm1": "(tl.exp2(({0}) * 1.4426950408889634) - 1.0)",
     "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "exp2": "tl.exp2({0})", "log2": "tl.log2({0})", "floor": "tl.floor({0})",
     "ceil": "tl.ceil({0})", "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",

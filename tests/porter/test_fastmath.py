@@ -175,3 +175,20 @@ def test_compiled_gelu_within_one_ulp_on_the_gpu(dtype: torch.dtype) -> None:
     ours_off = ulp_distance(got[normal], exact[normal].to(dtype)) > 0
     eager_off = ulp_distance(eager[normal], exact[normal].to(dtype)) > 0
     assert int(ours_off.sum()) <= int(eager_off.sum()) + normal.sum() // 100
+
+
+@pytest.mark.parametrize("op", ["softmax", "cross_entropy"])
+def test_generated_exp_is_the_ftz_exp2(op: str) -> None:
+    """exp is written as tl.exp2(x * log2 e) (ex2.approx.ftz on NVIDIA: no per-element
+    subnormal fix-up, bench/NOTES.md item 30), never tl.exp, in every kernel of the op."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "examples" / op / "spec.py"
+    mod_spec = importlib.util.spec_from_file_location(f"spec_{op}", path)
+    spec = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(spec)
+    inputs = spec.make_inputs((7, 129), torch.float32, "cpu", torch.Generator().manual_seed(0))
+    src = generate(spec.reference, tuple(inputs), name=f"exp_{op}").triton_module_source()
+    assert "tl.exp(" not in src
+    assert src.count("tl.exp2(") >= 4  # the single pass, the looped kernel's two, ...
