@@ -164,7 +164,7 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
         module = load_generated_module(src, f"probe_{op_name}_{which}", interpret=False)
         for cfg in configs:
             cfg = {"num_stages": 1, "dtype": dname, **cfg}
-            key = f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]}"
+            key = f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]} b{cfg['BLOCK_N']}"
             row = {"case": text, "variant": which, "config": cfg, "key": key}
             rows.append(row)
             try:
