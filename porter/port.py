@@ -108,7 +108,7 @@ def device_deadline_s() -> float:
     """The deadline of a candidate's device runs: PORTER_DEVICE_DEADLINE_S or DEVICE_DEADLINE_S.
 
     Raises:
-        PortError: the variable is set but not a positive number of seconds.
+        PortError: the variable is set but not a positive, finite number of seconds.
     """
     text = os.environ.get("PORTER_DEVICE_DEADLINE_S")
     if text is None:

@@ -19,7 +19,7 @@ cancellation of 1 + erf(y) for negative y, 1 + erf(y) = erfc(-y) (GELU's form: i
 tail keeps its relative accuracy, which eager's 1 + erff(y) loses).
 GELU itself, x (1 + erf(x / sqrt 2)) / 2, is one helper when the emitter sees its whole pattern
 (`porter_gelu`): with h = erfc(|x| / sqrt 2) / 2 it is max(x, 0) - |x| h, the 1/2 folded into
-the exponent and 1/sqrt 2 into the constants, ~16 instructions per element against ~20 for
+the exponent and 1/sqrt 2 into the constants, ~17 instructions per element against ~21 for
 the same formula spelled out op by op (bench/NOTES.md item 29: the matmul's fused epilogue is
 issue-bound on these).
 A kernel with an fp32 (or wider) output keeps `tl.erf`. The choice is made when the kernel is
