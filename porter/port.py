@@ -669,6 +669,16 @@ class _Porter:
         sem = {k: v for k, v in semantic_config(p.cand.config).items() if k != "dtype"}
         return f"{p.src_hash[:16]}|{config_key(sem)}"
 
+    def _device_check_key(self, p: _Pending, dname: str) -> str:
+        """`_check_key` plus the launch knobs: on the device those decide whether a kernel
+        launches at all (the shared memory it needs at some shape), so a device check is not
+        shared across them. Sharing one let a 3-stage config inherit a 4-stage config's
+        out-of-resources failure (bench/NOTES.md item 31)."""
+        from porter.search import LAUNCH_KNOBS
+
+        launch = {k: v for k, v in p.cand.config.items() if k in LAUNCH_KNOBS}
+        return f"{self._check_key(p)}|{config_key(launch)}|{dname}"
+
     def _interpreted_eval(self, hw: HardwareModel, backend: TargetBackend,
                           shape: tuple[int, ...], dtype: torch.dtype, bucket: str,
                           p: _Pending) -> str:
@@ -772,7 +782,7 @@ class _Porter:
         for _, p, cand in timed:
             if winner is not None:
                 break
-            ckey = f"{self._check_key(p)}|{dname}"
+            ckey = self._device_check_key(p, dname)
             if ckey not in self._checks:
                 with deadline(limit, hung(p, "its check at the judge's shapes")):
                     report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,

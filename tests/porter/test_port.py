@@ -248,3 +248,24 @@ def test_watchdog_stops_a_hung_kernel_on_the_gpu_and_the_run_resumes_without_it(
     assert "already judged (rejected)" in resumed.stdout + resumed.stderr
     manifest = read_manifest(tmp_path / "packs" / "rmsnorm")
     assert {b["origin"] for e in manifest["entries"] for b in e["buckets"]} == {"generated"}
+
+
+def test_device_checks_are_not_shared_across_launch_knobs() -> None:
+    """The interpreter's check is shared between configs that differ only in launch knobs (it
+    computes the same), the device's is not: there num_stages decides whether the kernel fits
+    in shared memory at the judge's shapes (bench/NOTES.md item 31)."""
+    from porter import port as port_mod
+    from porter.search import Candidate
+
+    porter_ = port_mod._Porter.__new__(port_mod._Porter)
+    base = {"strategy": "tma_persistent", "BLOCK_M": 128, "BLOCK_N": 256, "FLATTEN": True,
+            "num_warps": 8, "dtype": "bf16"}
+
+    def pending(stages: int) -> port_mod._Pending:
+        cfg = {**base, "num_stages": stages}
+        return port_mod._Pending(Candidate(cfg), "src", "ab" * 32, "key", {}, {}, "compiled")
+
+    three, four = pending(3), pending(4)
+    assert porter_._check_key(three) == porter_._check_key(four)
+    assert porter_._device_check_key(three, "bf16") != porter_._device_check_key(four, "bf16")
+    assert porter_._device_check_key(three, "bf16") == porter_._device_check_key(pending(3), "bf16")
