@@ -80,6 +80,12 @@ DEVICE_REPS = 50
 # run records it rejected and exits with DEVICE_HUNG_EXIT, and the same command resumes
 # without it. Seen with the warp-specialized matmul on host TMA descriptors (bench/NOTES.md
 # item 26), which hung `porter port` with it.
+# A generated config that needs more than this fraction of the device's shared memory per block
+# at its bucket's shape is also compiled at the shapes the judge launches it at: Triton
+# specializes a kernel per launch (a row stride that is not a multiple of 16, a one-tile grid),
+# and a specialization can need more. A flattened 4-stage TMA matmul needed 181 KB at 8192^3
+# and 262 KB at (7, 33, 64), over the H100's 227 KB (bench/NOTES.md item 31).
+NEAR_SMEM_LIMIT = 0.75
 # PORTER_DEVICE_DEADLINE_S overrides it (kernels that truly run longer; the GPU test of the
 # watchdog, which should not wait 5 minutes).
 DEVICE_DEADLINE_S = 300.0
@@ -563,9 +569,57 @@ class _Porter:
                          message="; ".join(rep.reasons or rep.notes))
             if not rep.fits:
                 return False, details, f"{kref.name} does not fit: {'; '.join(rep.reasons)}"
+        if backend.name != "metal" and not isinstance(cand.variant, _Existing):
+            limit = int(hw.limits.shared_memory_per_block_bytes.value)
+            if any(k.get("smem_bytes", 0) > NEAR_SMEM_LIMIT * limit for k in details["kernels"]):
+                why = self._misfit_at_judge_shapes(hw, backend, cand, shape, dtype, refs)
+                if why:
+                    return False, details, why
         details["_occupancy"] = occupancy
         details["grid"] = self._grid(tuple(inputs), cand, refs)
         return True, details, ""
+
+    def _misfit_at_judge_shapes(self, hw: HardwareModel, backend: TargetBackend,
+                                cand: Candidate, shape: tuple[int, ...], dtype: torch.dtype,
+                                refs: list[Any]) -> str:
+        """Why `cand` does not fit at one of the judge's device shapes (smoke, sweep, odd
+        sizes), compiling each distinct specialization once; "" when it fits at all of them."""
+        import torch
+
+        from harness.check import odd_shapes
+        from harness.check import sweep_shapes
+        from porter.search import launch_config
+        from targets.base import CompileError
+
+        def spec_key(kref: Any) -> tuple[Any, ...]:
+            return (kref.name, tuple(sorted(kref.signature.items())),
+                    tuple(sorted((k, repr(v)) for k, v in kref.constexprs.items())))
+
+        seen = {spec_key(item[0] if isinstance(item, tuple) else item) for item in refs}
+        shapes = [tuple(self.problem.smoke_shape), *sweep_shapes(self.problem, False),
+                  *odd_shapes(self.problem, False)]
+        lc = launch_config(cand.config)
+        for other in dict.fromkeys(shapes):
+            inputs = self.problem.make_inputs(other, dtype, torch.device("meta"),
+                                              torch.Generator().manual_seed(0))
+            try:
+                others = list(self.gen_op.kernel_refs(tuple(inputs), cand.variant,
+                                                      source_path=str(self._source_file(cand))))
+            except Exception:  # noqa: BLE001, S112 - a one-block size the judge refits there
+                continue
+            for item in others:
+                kref, klc = (item if isinstance(item, tuple) else (item, lc))
+                if spec_key(kref) in seen:
+                    continue
+                seen.add(spec_key(kref))
+                try:
+                    rep = backend.compile(kref, klc, hw)
+                except CompileError as exc:
+                    return f"compiles at {shape} but not at the judge's {other}: {exc}"
+                if not rep.fits:
+                    return (f"{kref.name} fits at {shape} but not at the judge's {other}: "
+                            f"{'; '.join(rep.reasons)}")
+        return ""
 
     def _existing_ref(self, shape: tuple[int, ...], dtype: torch.dtype,
                       config: dict[str, Any]) -> tuple[Any, Any]:

@@ -269,3 +269,50 @@ def test_device_checks_are_not_shared_across_launch_knobs() -> None:
     assert porter_._check_key(three) == porter_._check_key(four)
     assert porter_._device_check_key(three, "bf16") != porter_._device_check_key(four, "bf16")
     assert porter_._device_check_key(three, "bf16") == porter_._device_check_key(pending(3), "bf16")
+
+
+def test_a_config_near_the_shared_memory_limit_is_compiled_at_the_judges_shapes() -> None:
+    """Triton specializes per launch (an int that is not a multiple of 16 loses its hint); a
+    config that fits at its bucket can need more shared memory at a judge shape. The compile
+    tier compiles each distinct specialization at the judge's shapes once and names the shape
+    that does not fit (bench/NOTES.md item 31); where every one fits it says nothing."""
+    from types import SimpleNamespace
+
+    from porter import port as port_mod
+    from porter.search import Candidate
+    from targets.base import KernelRef
+
+    def ref_at(shape: tuple[int, ...]) -> KernelRef:
+        n = shape[-1]
+        return KernelRef(name="k", signature={"n": "i32:16" if n % 16 == 0 else "i32"})
+
+    class GenOp:
+        def kernel_refs(self, inputs, variant, source_path):
+            return [ref_at(tuple(inputs[0].shape))]
+
+    compiled: list[dict[str, str]] = []
+
+    def compile_(kref, lc, hw):
+        compiled.append(kref.signature)
+        aligned = kref.signature["n"] == "i32:16"
+        return SimpleNamespace(fits=aligned or not tight,
+                               reasons=[] if aligned else ["shared memory 262176 B > 232448 B"])
+
+    porter_ = port_mod._Porter.__new__(port_mod._Porter)
+    porter_.problem = SimpleNamespace(
+        smoke_shape=(7, 33), sweep_shapes=[(64, 64), (128, 4096)], odd_shapes=(), extra={},
+        make_inputs=lambda shape, dtype, device, gen: (torch.empty(shape, device="meta"),))
+    porter_.gen_op = GenOp()
+    porter_._source_file = lambda cand: Path("unused.py")
+    backend = SimpleNamespace(name="triton-cuda", compile=compile_)
+    cand = Candidate({"num_warps": 8, "num_stages": 4})
+
+    tight = True
+    why = porter_._misfit_at_judge_shapes(None, backend, cand, (64, 64), torch.bfloat16,
+                                          [ref_at((64, 64))])
+    assert "(7, 33)" in why and "262176" in why and "fits at (64, 64)" in why
+    assert compiled == [{"n": "i32"}]  # the aligned specialization was the bucket's: not redone
+    tight, compiled[:] = False, []
+    assert porter_._misfit_at_judge_shapes(None, backend, cand, (64, 64), torch.bfloat16,
+                                           [ref_at((64, 64))]) == ""
+    assert compiled == [{"n": "i32"}]  # one compile per distinct specialization
