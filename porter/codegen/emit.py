@@ -123,6 +123,18 @@ def _gelu_arg(n: Node) -> Node | None:
     return None
 
 
+def _one_operand_helper(n: Node) -> tuple[str, Node, Any] | None:
+    """(Triton helper, its operand, the same function in torch) when `n` is a pattern one
+    fastmath helper computes whole (GELU, 1 + erf), else None."""
+    x = _gelu_arg(n)
+    if x is not None:
+        return "porter_gelu", x, torch.nn.functional.gelu
+    y = _one_plus_erf_arg(n)
+    if y is not None:
+        return "porter_one_plus_erf", y, lambda v: 1.0 + torch.erf(v)
+    return None
+
+
 def sym_to_python(expr: Any, symbols: dict[sympy.Symbol, tuple[int, int]]) -> str:
     """Print a sympy size expression as Python over `inputs[k].shape[d]` (for launchers)."""
     expr = sympy.sympify(expr)
@@ -324,15 +336,10 @@ class Emitter:
             keeps = value_class(n.dtype) == "f" and isinstance(n.args[0], Node) and \
                 value_class(n.args[0].dtype) == "f"
             return self.masked_value(self.eval(n.args[0], coords, extra)) if keeps else None
-        fused = None
-        if self.dialect == "triton":  # helpers that take one operand (pointwise below)
-            x = _gelu_arg(n)
-            fused = (x, torch.nn.functional.gelu) if x is not None else None
-            y = _one_plus_erf_arg(n)
-            fused = (y, lambda v: 1.0 + torch.erf(v)) if y is not None else fused
-        if fused is not None:
+        helper = _one_operand_helper(n) if self.dialect == "triton" else None
+        if helper is not None:
             # not through the args: evaluating them would emit code the helper does not use
-            arg, f = fused
+            _, arg, f = helper
             v = self.masked_value(self.eval(arg, self.broadcast_coords(coords, arg.shape), extra))
             return None if v is None else float(f(torch.tensor(v, dtype=torch.float32)))
         if fn not in MASKED_LANE_FN:
@@ -456,17 +463,12 @@ class Emitter:
 
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]
-        if self.dialect == "triton":
-            gelu_arg = _gelu_arg(n)
-            if gelu_arg is not None:
-                # the whole GELU: one helper, cheaper on 16-bit outputs (see fastmath.py)
-                x = self.eval(gelu_arg, self.broadcast_coords(coords, gelu_arg.shape), extra)
-                return self.tmp(f"porter_gelu({x}, {self.lowp})")
-            erf_arg = _one_plus_erf_arg(n)
-            if erf_arg is not None:
-                # 1 + erf(y) (GELU): one helper, erfc(-y) on 16-bit outputs (see fastmath.py)
-                y = self.eval(erf_arg, self.broadcast_coords(coords, erf_arg.shape), extra)
-                return self.tmp(f"porter_one_plus_erf({y}, {self.lowp})")
+        helper = _one_operand_helper(n) if self.dialect == "triton" else None
+        if helper is not None:
+            # GELU whole, or 1 + erf(y): one helper each, cheaper on 16-bit outputs (fastmath.py)
+            name, arg, _ = helper
+            x = self.eval(arg, self.broadcast_coords(coords, arg.shape), extra)
+            return self.tmp(f"{name}({x}, {self.lowp})")
         vals = []
         for a in n.args:
             if isinstance(a, Node):

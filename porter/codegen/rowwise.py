@@ -284,10 +284,10 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
             # Rows that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
             em.emit("safe = m_new > float('-inf')")
-            # exp as exp2 (.ftz on NVIDIA), as the emitter's "exp" (emit.TRITON_FN)
-            em.emit("p = tl.where(mask & safe, tl.exp2((g - m_new) * 1.4426950408889634), 0.0)")
-            em.emit("s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * 1.4426950408889634),"
-                    " 0.0) + tl.sum(p, axis=1)[:, None]")
+            exp = em.fn("exp")  # the emitter's exp (the .ftz exp2 on NVIDIA)
+            em.emit(f"p = tl.where(mask & safe, {exp.format('g - m_new')}, 0.0)")
+            em.emit(f"s_row = tl.where(safe, s_row * {exp.format('m_row - m_new')}, 0.0) "
+                    "+ tl.sum(p, axis=1)[:, None]")
             em.emit("m_row = m_new")
             close_loop()
             em.reduced[r.id] = em.tmp("m_row", "red")
