@@ -192,9 +192,10 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     lines += ["## Against the targets of issue 5", "",
               f"- geometric-mean speedup over torch.compile, memory-bound ops: "
               f"{gm_c:.2f}x over {len(sp_compile)} rows (target >= 1.5x)" if gm_c else
-              "- no torch.compile rows",
+              "- no memory-bound rows timed against torch.compile",
               f"- geometric-mean speedup over Liger where Liger has the op: {gm_l:.2f}x over "
-              f"{len(sp_liger)} rows" if gm_l else "- no Liger rows (Liger not installed?)"]
+              f"{len(sp_liger)} rows" if gm_l else
+              "- no rows timed against Liger (not installed, or no op it has)"]
     if worst_vs_liger:
         w = min(worst_vs_liger)
         lines.append(f"- worst row vs Liger: {w[0]:.3f}x ({w[1]} {'x'.join(map(str, w[2]))} {w[3]}; "
@@ -281,7 +282,8 @@ def main(argv: list[str] | None = None) -> int:
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
             "method": f"harness.bench_op: providers interleaved in one process (a fresh order every repetition), "
                       f"{'CUDA graphs' if args.graph else 'CUDA events with a device-side head start (host launch overhead excluded for all providers)'}, "
-                      f"LLC flushed every repetition (buffer 2x LLC), median of {args.reps} reps, "
+                      f"LLC flushed every repetition (a buffer of 2x LLC written, then read: no dirty "
+                      f"lines left for the timed kernel to write back), median of {args.reps} reps, "
                       "random normal inputs; our kernels loaded from the pack `porter port` wrote "
                       "on this device",
             "liger": _liger_version(),

@@ -12,8 +12,9 @@ porter's search"). It is a measuring tool, not a source of kernels: every config
 Per case: the generated module is compiled for every config in parallel worker processes (they
 fill Triton's on-disk cache; `--jobs`), each config is run once on fresh random inputs and
 compared with the reference evaluated in float64 (a wrong config is listed, never timed), then
-all right configs and eager PyTorch are timed interleaved (`harness.timing.compare`: CUDA events
-with a device-side head start, LLC flushed every repetition, median of `--reps`). Results go to
+all right configs, eager PyTorch and a copy of the same bytes (memory-bound ops) are timed
+interleaved (`harness.timing.compare`: CUDA events with a device-side head start, LLC flushed
+every repetition, median of `--reps`). Results go to
 `<out>/sweep.jsonl` as each case finishes (after one line naming the device, versions and
 commit) and a table per case is printed.
 """
@@ -114,6 +115,7 @@ def _max_rel_err(got: Any, want: Any) -> float:
 def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str, str],
                limit: int | None, pool: Any, jobs: int, reps: int,
                workdir: Path, graph: bool = False) -> list[dict[str, Any]]:
+    from bench.suite import copy_provider
     from harness.roofline import analyze
     from harness.timing import compare
     from porter.codegen import load_generated_module
@@ -162,7 +164,10 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
     def make_args() -> tuple[Any, ...]:
         return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
-    providers = {**right, "eager": spec.reference}
+    # a copy of the same bytes: the speed of light at this size (bench/suite.py's)
+    copy = copy_provider(spec.problem(), shape, dtype) if gen_op.family != "matmul_epilogue" \
+        else None
+    providers = {**right, "eager": spec.reference, **({"copy": copy} if copy else {})}
     cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=graph)
     eager_ms = cmp.timings["eager"].median_ms
     for i, row in enumerate(rows):
@@ -176,6 +181,12 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
                     "speedup_vs_eager": cmp.ratio("eager", str(i))[0]})
     rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": "eager",
                  "median_ms": eager_ms})
+    if copy:
+        t = cmp.timings["copy"]
+        roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math="simt")
+        rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": "copy",
+                     "median_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                     "pct_measured_peak": roof.pct_peak})
     for row in rows:
         row["timing"] = "graph" if graph else "events"
     return rows
@@ -193,9 +204,12 @@ def print_table(rows: list[dict[str, Any]], top: int) -> None:
             f"{k}={v}" for k, v in cfg.items() if k != "dtype")
         pct = r.get("pct_measured_peak")
         sp = r.get("speedup_vs_eager")
-        table.append([f"{r['median_ms'] * 1e3:.1f}", "-" if pct is None else f"{pct:.1f}",
+        spread = (f"{r['p20_ms'] * 1e3:.1f}-{r['p80_ms'] * 1e3:.1f}" if r.get("p20_ms")
+                  else "-")
+        table.append([f"{r['median_ms'] * 1e3:.1f}", spread,
+                      "-" if pct is None else f"{pct:.1f}",
                       "-" if sp is None else f"{sp:.2f}", cfg_s])
-    print(tabulate(table, headers=["us", "% peak", "x eager", "config"]))
+    print(tabulate(table, headers=["us", "p20-p80 us", "% peak", "x eager", "config"]))
     failed = [r for r in rows if r.get("error")]
     if failed:
         print(f"{len(failed)} configs failed or were wrong; first: {failed[0]['error']}")

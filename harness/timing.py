@@ -2,11 +2,14 @@
 
 What a timed repetition looks like (events mode):
 
-    flush LLC (write a buffer >= 2x the hardware model's last-level cache)
+    flush LLC (write, then read, a buffer >= 2x the hardware model's last-level cache)
     start.record(); fn(*args[k]); end.record()          k rotates over K input sets
 
 - Warm-up calls run first (compilation, autotuning, allocator growth are not timed).
-- Only the region between the two events is timed; the flush is outside it.
+- Only the region between the two events is timed; the flush is outside it, and it leaves the
+  LLC clean: a write alone leaves it full of dirty lines, and the timed kernel then pays for
+  their write-back (an H100 copy of 64 MB: 27.8 us after a write, 21.8 us after the write and a
+  read; bench/NOTES.md item 32).
 - When one input set fits in the LLC, K sets are built with `make_args()` (enough to overflow the
   LLC together) and used round-robin, so no repetition finds its inputs already cached.
 - Kernels under ~20 us are dominated by launch cost; for them (graph=None) the calls are captured
@@ -165,6 +168,15 @@ _flush_buffers: dict[tuple[int, int], torch.Tensor] = {}
 def flush_bytes(hw: HardwareModel) -> int:
     """Size of the flush buffer: at least twice the LLC (512 MB for a 256 MB Infinity Cache)."""
     return max(2 * int(hw.llc_bytes), MIN_FLUSH_BYTES)
+
+
+def _flush(buf: torch.Tensor) -> None:
+    """Evict everything cached and leave the LLC clean. The write evicts what was cached before
+    (the last provider's output written back here, outside the timed region); the read then
+    replaces the buffer's own dirty lines with clean ones, so no write-back is left for the
+    timed kernel to pay. Triton's do_bench zeroes a buffer and stops there."""
+    buf.fill_(1)
+    buf.sum()
 
 
 def _flush_buffer(hw: HardwareModel, device: torch.device) -> torch.Tensor:
@@ -375,7 +387,7 @@ def _run_interleaved(runners: Sequence[_Runner], hw: HardwareModel, reps: int,
     for order in rep_orders(len(runners), reps, shuffle):
         for r in (runners[i] for i in order):
             if buf is not None:
-                buf.fill_(1)  # a write of the whole buffer evicts everything cached before
+                _flush(buf)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             _host_head_start()
             s.record()
