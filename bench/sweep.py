@@ -12,11 +12,11 @@ porter's search"). It is a measuring tool, not a source of kernels: every config
 Per case: the generated module is compiled for every config in parallel worker processes (they
 fill Triton's on-disk cache; `--jobs`), each config is run once on fresh random inputs and
 compared with the reference evaluated in float64 (a wrong config is listed, never timed), then
-all right configs, eager PyTorch and a copy of the same bytes (memory-bound ops) are timed
-interleaved (`harness.timing.compare`: CUDA events with a device-side head start, LLC flushed
-every repetition, median of `--reps`). Results go to
-`<out>/sweep.jsonl` as each case finishes (after one line naming the device, versions and
-commit) and a table per case is printed.
+all right configs, eager PyTorch, Liger-Kernel (where installed and it has the op) and a copy
+of the same bytes (memory-bound ops) are timed interleaved (`harness.timing.compare`: CUDA
+events with a device-side head start, LLC flushed every repetition, median of `--reps`).
+Results go to `<out>/sweep.jsonl` as each case finishes (after one line naming the device,
+versions and commit) and a table per case is printed.
 """
 
 from __future__ import annotations
@@ -116,6 +116,7 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
                limit: int | None, pool: Any, jobs: int, reps: int,
                workdir: Path, graph: bool = False) -> list[dict[str, Any]]:
     from bench.suite import copy_provider
+    from bench.suite import liger_provider
     from harness.roofline import analyze
     from harness.timing import compare
     from porter.codegen import load_generated_module
@@ -164,10 +165,13 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
     def make_args() -> tuple[Any, ...]:
         return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
-    # a copy of the same bytes: the speed of light at this size (bench/suite.py's)
-    copy = copy_provider(spec.problem(), shape, dtype) if gen_op.family != "matmul_epilogue" \
-        else None
-    providers = {**right, "eager": spec.reference, **({"copy": copy} if copy else {})}
+    # beside them: a copy of the same bytes (the speed of light at this size) and Liger-Kernel
+    # where it is installed and has the op (bench/suite.py's)
+    baselines = {"liger": liger_provider(op_name)}
+    if gen_op.family != "matmul_epilogue":
+        baselines["copy"] = copy_provider(spec.problem(), shape, dtype)
+    baselines = {name: fn for name, fn in baselines.items() if fn is not None}
+    providers = {**right, "eager": spec.reference, **baselines}
     cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=graph)
     eager_ms = cmp.timings["eager"].median_ms
     for i, row in enumerate(rows):
@@ -181,12 +185,13 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
                     "speedup_vs_eager": cmp.ratio("eager", str(i))[0]})
     rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": "eager",
                  "median_ms": eager_ms})
-    if copy:
-        t = cmp.timings["copy"]
-        roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math="simt")
-        rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": "copy",
+    for name in baselines:
+        t = cmp.timings[name]
+        roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math="simt") if nbytes else None
+        rows.append({"op": op_name, "shape": list(shape), "dtype": dname, "config": name,
                      "median_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
-                     "pct_measured_peak": roof.pct_peak})
+                     "pct_measured_peak": roof.pct_peak if roof else None,
+                     "speedup_vs_eager": cmp.ratio("eager", name)[0]})
     for row in rows:
         row["timing"] = "graph" if graph else "events"
     return rows

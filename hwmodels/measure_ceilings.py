@@ -5,9 +5,11 @@
 
 Two ceilings, the ones the roofline and projection code compare kernels against:
 
-- copy_bandwidth_gbps: device-to-device `dst.copy_(src)` of a large buffer (4 GiB by default,
-  far beyond any L2/Infinity Cache so the copy streams from HBM). Bytes counted: read + written
-  (2 x size). Time: median of CUDA-event timings after warm-up.
+- copy_bandwidth_gbps: device-to-device `dst.copy_(src)` of large buffers (0.25, 1 and 4 GiB
+  by default, beyond any L2/Infinity Cache so the copy streams from HBM), each repetition after
+  the same flush as `harness.timing` (so kernels and ceiling are timed alike); the best size is
+  recorded and the method lists all. Bytes counted: read + written (2 x size). Time: median of
+  CUDA-event timings after warm-up.
 - matmul_bf16_tflops: bf16 8192x8192x8192 `torch.matmul` (cuBLAS / hipBLASLt) on random normal
   data (zeros would let the tensor cores' power management run faster than on real data).
   FLOPs counted: 2*M*N*K. Time: median of CUDA-event timings after warm-up.
@@ -48,13 +50,16 @@ class Measurement:
     versions: dict[str, str] = field(default_factory=dict)
 
 
-def _median_ms(torch: Any, fn: Any, reps: int, warmup: int) -> float:
-    """Median milliseconds of `fn()` over `reps` runs, each bracketed by its own CUDA events."""
+def _median_ms(torch: Any, fn: Any, reps: int, warmup: int, before: Any = None) -> float:
+    """Median milliseconds of `fn()` over `reps` runs, each bracketed by its own CUDA events;
+    `before()` (untimed) runs ahead of each."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
     times = []
     for _ in range(reps):
+        if before is not None:
+            before()
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -66,22 +71,36 @@ def _median_ms(torch: Any, fn: Any, reps: int, warmup: int) -> float:
 
 
 def measure_copy_bandwidth(
-    torch: Any, size_bytes: int, reps: int, warmup: int
+    torch: Any, sizes_bytes: list[int], reps: int, warmup: int, llc_bytes: int = 0
 ) -> tuple[float, str]:
-    """Device-to-device copy bandwidth in GB/s (1e9 B/s), counting bytes read + written."""
+    """Device-to-device copy bandwidth in GB/s (1e9 B/s), counting bytes read + written: the best
+    of copies of each size, each timed after the harness's flush (a buffer of 2x the LLC written,
+    then read, so the copy neither finds its data cached nor pays for another buffer's dirty
+    lines; `harness.timing._flush`)."""
     free, _total = torch.cuda.mem_get_info()
-    # Two buffers plus headroom; shrink on small-memory devices rather than fail.
-    size = min(size_bytes, int(free * 0.4)) // 4096 * 4096
-    src = torch.randint(0, 256, (size,), dtype=torch.uint8, device="cuda")
-    dst = torch.empty_like(src)
-    ms = _median_ms(torch, lambda: dst.copy_(src), reps, warmup)
-    gbps = 2 * size / (ms * 1e-3) / 1e9
-    del src, dst
-    torch.cuda.empty_cache()
+    flush = torch.empty(max(2 * llc_bytes, 512 << 20) // 4, dtype=torch.int32, device="cuda")
+
+    def clean_flush() -> None:
+        flush.fill_(1)
+        flush.sum()
+
+    results = []
+    for size_bytes in sizes_bytes:
+        # Two buffers plus headroom; shrink on small-memory devices rather than fail.
+        size = min(size_bytes, int(free * 0.4)) // 4096 * 4096
+        src = torch.randint(0, 256, (size,), dtype=torch.uint8, device="cuda")
+        dst = torch.empty_like(src)
+        ms = _median_ms(torch, lambda: dst.copy_(src), reps, warmup, before=clean_flush)  # noqa: B023
+        results.append((2 * size / (ms * 1e-3) / 1e9, size))
+        del src, dst
+        torch.cuda.empty_cache()
+    del flush
+    gbps, best = max(results)
+    each = ", ".join(f"{size / 2**30:.2f} GiB: {g:.0f} GB/s" for g, size in results)
     method = (
-        f"device-to-device torch copy_ of a {size / 2**30:.2f} GiB uint8 buffer, bytes read + "
-        f"bytes written over median CUDA-event time of {reps} reps after {warmup} warm-up "
-        f"({SCRIPT})"
+        f"device-to-device torch copy_ of a uint8 buffer, bytes read + bytes written over median "
+        f"CUDA-event time of {reps} reps after {warmup} warm-up, each after a write then a read "
+        f"of a flush buffer (2x LLC); best of {each} ({SCRIPT})"
     )
     return gbps, method
 
@@ -213,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         "--device", help="hardware model to write to, when detection cannot map the GPU"
     )
     parser.add_argument(
-        "--copy-gib", type=float, default=4.0, help="copy buffer size in GiB (default 4)"
+        "--copy-gib", default="0.25,1,4",
+        help="copy buffer sizes in GiB, comma-separated; the best is recorded (default 0.25,1,4)",
     )
     parser.add_argument(
         "--matmul-n", type=int, default=8192, help="square matmul size (default 8192)"
@@ -255,8 +275,14 @@ def main(argv: list[str] | None = None) -> int:
 
     today = _dt.date.today().isoformat()
     versions = _versions(torch, device_name)
+    try:
+        sizes = [int(float(g) * 2**30) for g in args.copy_gib.split(",")]
+    except ValueError:
+        print(f"measure_ceilings: --copy-gib {args.copy_gib!r} is not a list of sizes in GiB",
+              file=sys.stderr)
+        return 1
     gbps, copy_method = measure_copy_bandwidth(
-        torch, int(args.copy_gib * 2**30), args.reps, args.warmup
+        torch, sizes, args.reps, args.warmup, int(model.llc_bytes) if model else 0
     )
     tflops, mm_method = measure_matmul_bf16(torch, args.matmul_n, args.reps, args.warmup)
     name = "matmul_bf16_tflops" if args.matmul_n == 8192 else f"matmul_bf16_n{args.matmul_n}_tflops"

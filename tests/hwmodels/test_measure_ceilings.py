@@ -82,7 +82,7 @@ def test_cpu_exits_nonzero_with_message(capsys: pytest.CaptureFixture[str]) -> N
 def test_measures_plausible_ceilings() -> None:
     import torch
 
-    gbps, _ = mc.measure_copy_bandwidth(torch, 1 << 30, reps=10, warmup=3)
+    gbps, _ = mc.measure_copy_bandwidth(torch, [1 << 28, 1 << 30], reps=10, warmup=3)
     tflops, _ = mc.measure_matmul_bf16(torch, 4096, reps=10, warmup=3)
     det = hwmodels.detect()
     if det.model is not None:
