@@ -112,9 +112,10 @@ class HardwareModel:
         return None if fact is None else fact.value
 
     def measured_value(self, name: str) -> float | None:
-        """Newest measured ceiling called `name`, or None when none was measured."""
-        found = [m for m in self.measured if m.name == name]
-        return max(found, key=lambda m: m.date).value if found else None
+        """Newest measured ceiling called `name`, or None when none was measured. Of two with
+        the same date, the later in the file (entries are appended as they are measured)."""
+        found = [(m.date, i, m.value) for i, m in enumerate(self.measured) if m.name == name]
+        return max(found)[2] if found else None
 
     def has(self, feature: str) -> bool:
         return feature in self.features

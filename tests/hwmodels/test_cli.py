@@ -31,7 +31,7 @@ def test_list_shows_every_model(runner: CliRunner) -> None:
         "triton-cuda",
         "32",
         "3352",
-        "3006",
+        "3073.3",
         "989.4",
         "132",
         "50",
@@ -45,7 +45,7 @@ def test_show_has_sources_measured_and_descriptor(runner: CliRunner) -> None:
     assert result.exit_code == 0, result.output
     out = result.output
     assert "CUDA C Programming Guide" in out  # sources are printed
-    assert "copy_bandwidth_gbps: 3006" in out
+    assert "copy_bandwidth_gbps: 3073.3" in out
     assert out.index("measured:") < out.index("descriptor")
     assert hwmodels.descriptor(hwmodels.get("h100")).rstrip("\n") in out
 

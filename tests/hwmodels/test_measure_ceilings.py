@@ -29,10 +29,11 @@ def test_append_keeps_existing_entries_and_text(tmp_path: Path) -> None:
     mc.append_to_yaml(path, ENTRIES)
     after = path.read_text()
     assert after.startswith(before)  # nothing rewritten, only appended
+    n_before = len(hwmodels.load_file(hwmodels.DEVICES_DIR / "h100.yaml").measured)
     hw = hwmodels.load_file(path)
-    assert len(hw.measured) == 4
-    assert hw.measured[2].method == 'copy: "quoted" # not a comment'
-    assert hw.measured[2].versions["device"] == "NVIDIA H200"
+    assert len(hw.measured) == n_before + 2
+    assert hw.measured[n_before].method == 'copy: "quoted" # not a comment'
+    assert hw.measured[n_before].versions["device"] == "NVIDIA H200"
     assert hw.measured_value("copy_bandwidth_gbps") == pytest.approx(4321.1)
     assert hw.measured_value("matmul_bf16_tflops") == pytest.approx(777.7)
 

@@ -96,7 +96,7 @@ def test_emitter_takes_the_gelu_helper_for_the_whole_pattern(fn, whole: bool) ->
     """F.gelu and the same formula written out become one porter_gelu call (with no dead
     temporaries beside it); the tanh form is another function and is left alone."""
     src = generate(fn, (torch.randn(4, 8),), name="gelu_pattern").triton_module_source()
-    kernel = src[src.index("def _gelu_pattern_flat_kernel"):]
+    kernel = src[src.index("def _gelu_pattern_flat_block"):]
     assert ("porter_gelu(" in kernel) is whole
     if whole:
         assert "* 0.5)" not in kernel and "porter_one_plus_erf(" not in kernel
