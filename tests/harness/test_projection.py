@@ -24,7 +24,7 @@ def _occ(blocks: int, warps_per_block: int, hw) -> Occupancy:
 
 def test_memory_bound_uses_measured_bandwidth(h100):
     p = projection.project(10**9, 0, h100, "bf16", grid=100_000)
-    expected = 1e9 / 3006e9 * 1e3 + projection.DEFAULT_LAUNCH_OVERHEAD_US * 1e-3
+    expected = 1e9 / 3073.3e9 * 1e3 + projection.DEFAULT_LAUNCH_OVERHEAD_US * 1e-3
     assert p.time_ms == pytest.approx(expected)
     assert p.bound == "memory"
     assert p.label == "projected"
@@ -66,10 +66,10 @@ def test_low_occupancy_derates_bandwidth_littles_law(h100):
     low = projection.project(nbytes, 0, h100, "bf16", grid=132 * 50,
                              occupancy=_occ(1, 4, h100), launch_overhead_us=0)
     assert full.breakdown["bandwidth_derate_full_wave"] == pytest.approx(1.0)
-    assert full.time_ms == pytest.approx(nbytes / 3006e9 * 1e3)
+    assert full.time_ms == pytest.approx(nbytes / 3073.3e9 * 1e3)
     # 132 SMs x 4 warps x (32 lanes x 16 B x 2 loads) in flight over 700 ns.
     in_flight = 132 * 4 * 32 * 16 * 2
-    derate = in_flight / (3006 * projection.DEFAULT_MEMORY_LATENCY_NS)
+    derate = in_flight / (3073.3 * projection.DEFAULT_MEMORY_LATENCY_NS)
     assert low.breakdown["bandwidth_derate_full_wave"] == pytest.approx(derate)
     assert low.time_ms == pytest.approx(full.time_ms / derate)
     assert low.time_ms > 3 * full.time_ms
