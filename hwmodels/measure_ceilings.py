@@ -95,7 +95,7 @@ def measure_copy_bandwidth(
         del src, dst
         torch.cuda.empty_cache()
     del flush
-    gbps, best = max(results)
+    gbps = max(g for g, _ in results)
     each = ", ".join(f"{size / 2**30:.2f} GiB: {g:.0f} GB/s" for g, size in results)
     method = (
         f"device-to-device torch copy_ of a uint8 buffer, bytes read + bytes written over median "

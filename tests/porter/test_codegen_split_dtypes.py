@@ -159,3 +159,29 @@ def test_mixed_dtypes_promote_when_no_input_leads() -> None:
     for a, b in ((torch.bfloat16, FP32), (FP32, torch.bfloat16), (torch.bfloat16, torch.float16)):
         args = (rand(3, 16, dtype=a), rand(16, dtype=b))
         assert op.output_spec(args)[0][1] == fn(*args).dtype, (a, b)
+
+
+def _swiglu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return F.silu(a) * b
+
+
+def test_flat_kernel_vectorizes_full_blocks_when_the_size_is_odd(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4097 x 1537 elements: not a multiple of 16, so a masked access cannot be vectorized
+    # (NOTES item 33); the full blocks run unmasked with 16-byte loads, the last one masked.
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    op = generate(_swiglu, (rand(4, 8), rand(4, 8)), name="swiglu_ptx")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    real = (torch.zeros(4097, 1537, dtype=torch.bfloat16),) * 2
+    cfg = {"strategy": "flat", "BLOCK": 2048, "num_warps": 8, "num_stages": 1, "dtype": "bf16"}
+    refs = op.kernel_refs(real, cfg, source_path=str(path))
+    rep = targets.for_device(hw).compile(refs[0], LaunchConfig(8, 1), hw)
+    loads = re.findall(r"ld\.global[.\w]*", rep.artifacts["ptx"])
+    assert any(".v4" in ld for ld in loads), loads  # the full blocks
+    assert any(".v4" not in ld for ld in loads), loads  # the masked last block
+
