@@ -170,7 +170,7 @@ def flush_bytes(hw: HardwareModel) -> int:
     return max(2 * int(hw.llc_bytes), MIN_FLUSH_BYTES)
 
 
-def _flush(buf: torch.Tensor) -> None:
+def flush_llc(buf: torch.Tensor) -> None:
     """Evict everything cached and leave the LLC clean. The write evicts what was cached before
     (the last provider's output written back here, outside the timed region); the read then
     replaces the buffer's own dirty lines with clean ones, so no write-back is left for the
@@ -387,7 +387,7 @@ def _run_interleaved(runners: Sequence[_Runner], hw: HardwareModel, reps: int,
     for order in rep_orders(len(runners), reps, shuffle):
         for r in (runners[i] for i in order):
             if buf is not None:
-                _flush(buf)
+                flush_llc(buf)
             s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             _host_head_start()
             s.record()

@@ -76,13 +76,14 @@ def measure_copy_bandwidth(
     """Device-to-device copy bandwidth in GB/s (1e9 B/s), counting bytes read + written: the best
     of copies of each size, each timed after the harness's flush (a buffer of 2x the LLC written,
     then read, so the copy neither finds its data cached nor pays for another buffer's dirty
-    lines; `harness.timing._flush`)."""
+    lines; `harness.timing.flush_llc`)."""
+    from harness.timing import flush_llc
+
     free, _total = torch.cuda.mem_get_info()
     flush = torch.empty(max(2 * llc_bytes, 512 << 20) // 4, dtype=torch.int32, device="cuda")
 
-    def clean_flush() -> None:
-        flush.fill_(1)
-        flush.sum()
+    def before() -> None:
+        flush_llc(flush)
 
     results = []
     for size_bytes in sizes_bytes:
@@ -90,7 +91,7 @@ def measure_copy_bandwidth(
         size = min(size_bytes, int(free * 0.4)) // 4096 * 4096
         src = torch.randint(0, 256, (size,), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        ms = _median_ms(torch, lambda: dst.copy_(src), reps, warmup, before=clean_flush)  # noqa: B023
+        ms = _median_ms(torch, lambda: dst.copy_(src), reps, warmup, before=before)  # noqa: B023
         results.append((2 * size / (ms * 1e-3) / 1e9, size))
         del src, dst
         torch.cuda.empty_cache()

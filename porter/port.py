@@ -80,17 +80,18 @@ DEVICE_REPS = 50
 # run records it rejected and exits with DEVICE_HUNG_EXIT, and the same command resumes
 # without it. Seen with the warp-specialized matmul on host TMA descriptors (bench/NOTES.md
 # item 26), which hung `porter port` with it.
+# PORTER_DEVICE_DEADLINE_S overrides it (kernels that truly run longer; the GPU test of the
+# watchdog, which should not wait 5 minutes).
+DEVICE_DEADLINE_S = 300.0
+DEVICE_HUNG_EXIT = 3
+_exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
+
 # A generated config that needs more than this fraction of the device's shared memory per block
 # at its bucket's shape is also compiled at the shapes the judge launches it at: Triton
 # specializes a kernel per launch (a row stride that is not a multiple of 16, a one-tile grid),
 # and a specialization can need more. A flattened 4-stage TMA matmul needed 181 KB at 8192^3
 # and 262 KB at (7, 33, 64), over the H100's 227 KB (bench/NOTES.md item 31).
 NEAR_SMEM_LIMIT = 0.75
-# PORTER_DEVICE_DEADLINE_S overrides it (kernels that truly run longer; the GPU test of the
-# watchdog, which should not wait 5 minutes).
-DEVICE_DEADLINE_S = 300.0
-DEVICE_HUNG_EXIT = 3
-_exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
 
 
 @contextlib.contextmanager

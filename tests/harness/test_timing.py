@@ -91,10 +91,10 @@ def test_flush_writes_the_buffer_then_reads_it_so_the_cache_is_left_clean():
             self.calls.append("read")
 
     buf = Recorder()
-    timing._flush(buf)
+    timing.flush_llc(buf)
     assert buf.calls == ["write", "read"]
     real = torch.zeros(1000, dtype=torch.int32)
-    timing._flush(real)
+    timing.flush_llc(real)
     assert bool((real == 1).all())
 
 
