@@ -37,7 +37,8 @@ from bench.sweep import generated  # noqa: E402
 
 
 def sass_counts(cubin: bytes) -> collections.Counter:
-    """Instruction mnemonics of a cubin's SASS (the one the compile check built)."""
+    """Instruction mnemonics of a cubin's SASS (the one the compile check built); global loads
+    and stores keep their modifiers (width, cache hints: LDG.E.128.STRONG.GPU is a .cg load)."""
     from targets.triton_cuda import cuobjdump_path
 
     tool = cuobjdump_path()
@@ -49,7 +50,8 @@ def sass_counts(cubin: bytes) -> collections.Counter:
         sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
                               check=True).stdout
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
-    return collections.Counter(op.split(".")[0] for op in ops if not op.startswith("NOP"))
+    return collections.Counter(op if op.startswith(("LDG", "STG")) else op.split(".")[0]
+                               for op in ops if not op.startswith("NOP"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -91,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 counts = sass_counts(rep.binary)
                 print(f"  {sum(counts.values())} SASS instructions: "
                       f"{dict(counts.most_common(12))}")
+                memory = {k: v for k, v in sorted(counts.items()) if k.startswith(("LDG", "STG"))}
+                print(f"  global loads and stores: {memory}")
     return 0
 
 

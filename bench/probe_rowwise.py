@@ -15,6 +15,10 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   all    every transform above (not tl_exp)
   tl_exp exp as tl.exp again, where the emitter writes tl.exp2(x * log2 e) since item 30
          (tl.exp is ex2.approx.f32 on NVIDIA, with a subnormal fix-up per element)
+  var1   layernorm's single pass only: the mean and the variance from one block-wide reduction
+         of two values (sum x, sum x^2) instead of a second reduction that waits for the mean
+         (bench/NOTES.md item 35). It times one reduction round; it is not a kernel to keep:
+         E[x^2] - E[x]^2 loses precision when the mean is large against the spread.
 
     python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
         [--transforms base,tl_exp]
@@ -81,13 +85,55 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                 "num_warps": 8}],
     "softmax:4096x32768:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                  "num_warps": 32}],
+    # the H200 run6 pick at the widest rows (results/h200-2026-11-23-run6/), for var1
+    "layernorm:4096x32768:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
+                                   "num_warps": w} for w in (16, 32)],
+    "layernorm:16384x8192:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
+                                   "num_warps": w} for w in (4, 8)],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp")
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "var1")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
+# layernorm's single pass as the emitter writes it: the mean's reduction and the mean, then
+# the variance's reduction
+_MEAN = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\((x\d+)\)\.to\(tl\.float32\), axis=1\)"
+                   r"\[:, None\]\n(\s+(v\d+) = tl\.math\.div_rn\(tl\.cast\(\2, .*\n)")
+_VAR = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\(tl\.where\(mask, v\d+, 0\.0\)\)"
+                  r"\.to\(tl\.float32\), axis=1\)\[:, None\]\n")
+_ADD2 = """
+
+@triton.jit
+def _probe_add2(a0, a1, b0, b1):
+    return a0 + b0, a1 + b1
+"""
+
+
+def one_round_variance(source: str) -> str:
+    """var1: the single pass's sum and sum of squares in one two-value reduction."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith("_single_pass_kernel"):
+            return body
+        for _ in range(body.count("tl.math.div_rn")):  # each branch of HOIST
+            m, v = _MEAN.search(body), _VAR.search(body)
+            if m is None or v is None or v.start() < m.start():
+                break
+            ind, red, x, mean_line, mean = m.groups()
+            both = (f"\n{ind}s1, s2 = tl.reduce(({x}, {x} * {x}), 1, _probe_add2)\n"
+                    f"{ind}{red} = s1[:, None]\n{mean_line}")
+            # sum((x - mean)^2) = sum(x^2) - sum(x) * mean
+            var = f"\n{v.group(1)}{v.group(2)} = tl.maximum(s2[:, None] - {red} * {mean}, 0.0)\n"
+            body = body[:m.start()] + both + body[m.end():v.start()] + var + body[v.end():]
+        return body
+
+    out = _edit_kernels(source, edit)
+    if out == source:
+        return source
+    first = out.index("@triton.jit")
+    return out[:first] + _ADD2.lstrip("\n") + "\n\n" + out[first:]
 
 
 def hoist_loads(lines: list[str]) -> list[str]:
@@ -119,6 +165,8 @@ def transform(source: str, which: str) -> str:
     todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
     if "tl_exp" in todo:
         return _EXP2.sub(r"tl.exp(\1)", source)
+    if "var1" in todo:
+        return one_round_variance(source)
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):

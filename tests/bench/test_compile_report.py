@@ -15,3 +15,13 @@ def test_reports_the_resources_of_each_kernel_a_config_runs(capsys) -> None:
     out = capsys.readouterr().out
     assert "_softmax_two_block_kernel on h100: fits;" in out
     assert " registers, 0 B spilled, " in out and "256 threads" in out
+
+
+def test_sass_counts_keep_the_width_of_global_loads(capsys) -> None:
+    config = {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8}
+    assert main(["--op", "softmax", "--shape", "64x4096", "--target", "h100", "--sass",
+                 "--config", json.dumps(config)]) == 0
+    out = capsys.readouterr().out
+    # 4096 bf16 over 256 threads: 16 B loads and stores (LDG.E.128), not bare "LDG"
+    memory = out[out.index("global loads and stores: "):]
+    assert "'LDG.E.128'" in memory and "'STG.E.128'" in memory
