@@ -11,8 +11,9 @@ Here one generated kernel and a copy are each timed on one fixed set and on rota
 each of three flushes, all interleaved in one shuffled loop (the harness's flush, head start and
 events, as `harness.timing` does them):
 
-  write       the harness's flush: a write of twice the LLC
-  write_read  that write, then a read of the whole buffer (every L2 line clean and reused)
+  write       a write of twice the LLC (the harness's flush before 7e2048b)
+  write_read  that write, then a read of the whole buffer, every L2 line clean: the harness's
+              flush since 7e2048b (`harness.timing.flush_llc`, called here)
   write4x     a write of four times the LLC
 
     python bench/probe_flush.py --op rmsnorm --shape 4096x4096 --out /tmp/flush
@@ -23,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import statistics
 import sys
 from pathlib import Path
@@ -52,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from harness import env_info
     from harness.timing import _host_head_start
     from harness.timing import flush_bytes
+    from harness.timing import flush_llc
+    from harness.timing import rep_orders
     from harness.timing import require_gpu
     from porter.codegen import load_generated_module
     from porter.planner import op_cost
@@ -83,10 +85,9 @@ def main(argv: list[str] | None = None) -> int:
 
     small = torch.empty(flush_bytes(hw) // 4, dtype=torch.int32, device=dev)
     big = torch.empty(2 * flush_bytes(hw) // 4, dtype=torch.int32, device=dev)
-    sink = torch.empty((), dtype=torch.int64, device=dev)
     flushes = {
         "write": lambda: small.fill_(1),
-        "write_read": lambda: (small.fill_(1), torch.sum(small, dim=0, out=sink)),
+        "write_read": lambda: flush_llc(small),
         "write4x": lambda: big.fill_(1),
     }
     arms = [(f, p, rot) for f in flushes for p in ("kernel", "copy") for rot in (False, True)]
@@ -98,11 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
     events: dict[tuple, list] = {a: [] for a in arms}
     turn = {a: 0 for a in arms}
-    rng = random.Random(0)
-    for _ in range(args.reps):
-        order = list(arms)
-        rng.shuffle(order)
-        for arm in order:
+    for order in rep_orders(len(arms), args.reps, shuffle=True):
+        for arm in (arms[i] for i in order):
             flush, prov, rot = arm
             k = turn[arm] % ROTATING_SETS if rot else 0
             turn[arm] += 1
@@ -117,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
 
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"device": hwmodels.detect().device_name, "versions": env_info.versions(),
-            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO), "op": args.op, "shape": list(shape),
-            "config": config, "reps": args.reps, "bytes": nbytes,
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
+            "op": args.op, "shape": list(shape), "config": config, "reps": args.reps,
+            "bytes": nbytes,
             "llc_bytes": int(hw.llc_bytes), "flush_bytes": flush_bytes(hw)}
     rows = []
     print(f"{meta['device']}  {args.op} {args.shape} bf16, {nbytes / 2**20:.0f} MB moved, "
