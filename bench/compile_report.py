@@ -36,6 +36,10 @@ from bench.sweep import DTYPES  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 
 
+# Compile options a config may carry besides num_warps and num_stages (the launchers pass them).
+KNOBS = ("maxnreg", "waves_per_eu", "matrix_instr_nonkdim")
+
+
 def sass_counts(cubin: bytes) -> collections.Counter:
     """Instruction mnemonics of a cubin's SASS (the one the compile check built); global loads
     and stores keep their modifiers (width, cache hints: LDG.E.128.STRONG.GPU is a .cg load)."""
@@ -62,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="h100", help="hardware model name")
     ap.add_argument("--config", required=True, help="the config, as JSON")
     ap.add_argument("--sass", action="store_true", help="also count SASS instructions")
+    ap.add_argument("--transform", default="base",
+                    help="a source transform of bench/probe_rowwise.py applied first (e.g. lse1)")
     args = ap.parse_args(argv)
 
     import hwmodels
@@ -76,15 +82,25 @@ def main(argv: list[str] | None = None) -> int:
                                     torch.Generator().manual_seed(0)))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{args.op}.py"
-        path.write_text(gen_op.triton_module_source())
+        source = gen_op.triton_module_source()
+        if args.transform != "base":
+            from bench.probe_rowwise import transform
+
+            changed = transform(source, args.transform)
+            if changed == source:
+                raise SystemExit(f"--transform {args.transform} changes nothing in {args.op}")
+            source = changed
+        path.write_text(source)
         for ref in gen_op.kernel_refs(inputs, config, source_path=str(path)):
+            extra = {k: config[k] for k in KNOBS if k in config}
             rep = targets.for_device(hw).compile(
-                ref, LaunchConfig(config["num_warps"], config.get("num_stages", 1)), hw)
+                ref, LaunchConfig(config["num_warps"], config.get("num_stages", 1), extra), hw)
             r = rep.resources
             ptx = rep.artifacts.get("ptx", "")
             print(f"{ref.name} on {hw.name}: {'fits' if rep.fits else 'does not fit'}; "
                   f"{r.registers_per_thread} registers, {r.spill_bytes} B spilled, "
                   f"{r.shared_memory_bytes} B shared, {r.threads_per_block} threads, "
+                  f"{rep.occupancy.blocks_per_unit if rep.occupancy else '?'} blocks per SM, "
                   f"setmaxnreg x{len(re.findall('setmaxnreg', ptx))}"
                   + (f"; {'; '.join(rep.reasons)}" if rep.reasons else ""))
             if args.sass:

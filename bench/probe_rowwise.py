@@ -19,6 +19,21 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          of two values (sum x, sum x^2) instead of a second reduction that waits for the mean
          (bench/NOTES.md item 35). It times one reduction round; it is not a kernel to keep:
          E[x^2] - E[x]^2 loses precision when the mean is large against the spread.
+  welford       layernorm's single pass: the mean and the variance from one block-wide
+         reduction of (count, mean, M2) triples (Chan's pairwise combine: stable); masked
+         lanes count 0, so every in-thread combine divides by a count known only at run time
+  welford_even  the same with every count 1 (right only where n_cols == BLOCK_N and no row is
+         masked: the correctness check rejects it elsewhere), so that the in-thread counts
+         are constants and LLVM folds their divisions
+  shift  layernorm's single pass: the mean and the variance from one reduction of the sums of
+         d = x - k and d^2, k the row's first element (shifted data: the cancellation that
+         var1 suffers scales with (mean - k)^2 / variance, about 1 for a k drawn from the row)
+  ffma   softmax and cross-entropy: exp2(x * log2e - m * log2e), one FFMA, where the emitter
+         writes exp2((x - m) * log2e), a subtract and a multiply; in the looped kernels the
+         select of masked lanes per element also moves to one select per row and chunk
+  lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
+         (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
+         single pass and the persistent kernel per row, in the looped kernels per chunk
 
     python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
         [--transforms base,tl_exp]
@@ -90,12 +105,21 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                    "num_warps": w} for w in (16, 32)],
     "layernorm:16384x8192:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
                                    "num_warps": w} for w in (4, 8)],
+    # the H200 run6 picks at 4096x32768 and a second config each, for welford and lse1
+    "softmax:4096x32768:bf16@h200": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
+                                      "num_warps": 32},
+                                     {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768,
+                                      "num_warps": 32, "num_stages": 3, "PROGRAMS_PER_SM": 1}],
+    "cross_entropy:4096x32768:bf16@h200": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b,
+                                            "num_warps": 4, "num_stages": 2}
+                                           for b in (8192, 4096)],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "var1")
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "var1", "welford",
+              "welford_even", "shift", "ffma", "lse1")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 # layernorm's single pass as the emitter writes it: the mean's reduction and the mean, then
 # the variance's reduction
@@ -111,8 +135,43 @@ def _probe_add2(a0, a1, b0, b1):
 """
 
 
-def one_round_variance(source: str) -> str:
-    """var1: the single pass's sum and sum of squares in one two-value reduction."""
+_WELFORD = """
+
+@triton.jit
+def _probe_welford(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
+    n = n_a + n_b
+    w_b = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
+    delta = mean_b - mean_a
+    return n, mean_a + delta * w_b, m2_a + m2_b + delta * delta * n_a * w_b
+"""
+_LSE = """
+
+@triton.jit
+def _probe_lse(m_a, s_a, m_b, s_b):
+    # (max, sum of exp(x - max)) pairs, one exp per combine; equal maxes (-inf too) scale by 1
+    d = tl.where(m_a == m_b, 0.0, tl.abs(m_a - m_b))
+    e = tl.exp2(-d * 1.4426950408889634)
+    return tl.maximum(m_a, m_b), tl.where(m_a >= m_b, s_a + s_b * e, s_a * e + s_b)
+"""
+# the softmax max, then (after the exp lines) the sum of exp that waits for it
+_SM_MAX = re.compile(r"\n(\s+)(red\d+) = tl\.max\((x\d+), axis=1\)\[:, None\]\n")
+_SM_SUM = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\((v\d+)\)\.to\(tl\.float32\), axis=1\)"
+                     r"\[:, None\]\n")
+# the looped kernels' online chunk step (porter/codegen/rowwise.py, the `pairs` branch)
+_ONLINE = re.compile(r"\n(\s+)m_new = tl\.maximum\(m_row, tl\.max\(g, axis=1\)\[:, None\]\)\n"
+                     r"(?:.*\n){3}\s+m_row = m_new\n")
+
+
+def _with_helper(source: str, out: str, helper: str) -> str:
+    if out == source:
+        return source
+    first = out.index("@triton.jit")
+    return out[:first] + helper.lstrip("\n") + "\n\n" + out[first:]
+
+
+def one_round_variance(source: str, form: str = "var1") -> str:
+    """var1: the single pass's sum and sum of squares in one two-value reduction; welford,
+    welford_even: (count, mean, M2) triples in one reduction."""
 
     def edit(name: str, body: str) -> str:
         if not name.endswith("_single_pass_kernel"):
@@ -122,18 +181,91 @@ def one_round_variance(source: str) -> str:
             if m is None or v is None or v.start() < m.start():
                 break
             ind, red, x, mean_line, mean = m.groups()
-            both = (f"\n{ind}s1, s2 = tl.reduce(({x}, {x} * {x}), 1, _probe_add2)\n"
-                    f"{ind}{red} = s1[:, None]\n{mean_line}")
-            # sum((x - mean)^2) = sum(x^2) - sum(x) * mean
-            var = f"\n{v.group(1)}{v.group(2)} = tl.maximum(s2[:, None] - {red} * {mean}, 0.0)\n"
+            if form == "shift":
+                # k: the row's first element (the x load's address at column 0)
+                addr = re.search(rf"{x} = tl\.load\((\w+) \+ \(rows \* (\w+)\)", body)
+                both = (f"\n{ind}k = tl.load({addr.group(1)} + rows * {addr.group(2)}, "
+                        f"mask=row_mask, other=0.0).to(tl.float32)\n"
+                        f"{ind}d = tl.where(mask, {x} - k, 0.0)\n"
+                        f"{ind}s1, s2 = tl.reduce((d, d * d), 1, _probe_add2)\n"
+                        f"{ind}{red} = (s1[:, None] + k * sz0)\n"
+                        f"{ind}{mean} = k + s1[:, None] / sz0\n")
+                # sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n
+                var = (f"\n{v.group(1)}{v.group(2)} = "
+                       f"tl.maximum(s2[:, None] - s1[:, None] * s1[:, None] / sz0, 0.0)\n")
+            elif form == "var1":
+                both = (f"\n{ind}s1, s2 = tl.reduce(({x}, {x} * {x}), 1, _probe_add2)\n"
+                        f"{ind}{red} = s1[:, None]\n{mean_line}")
+                # sum((x - mean)^2) = sum(x^2) - sum(x) * mean
+                var = (f"\n{v.group(1)}{v.group(2)} = "
+                       f"tl.maximum(s2[:, None] - {red} * {mean}, 0.0)\n")
+            else:
+                count = (f"tl.full({x}.shape, 1.0, tl.float32)" if form == "welford_even"
+                         else "tl.where(mask, 1.0, 0.0)")
+                both = (f"\n{ind}wn, wmean, wm2 = tl.reduce(({count}, {x}, tl.zeros_like({x})), "
+                        f"1, _probe_welford)\n{ind}{red} = (wmean * wn)[:, None]\n"
+                        f"{ind}{mean} = wmean[:, None]\n")
+                var = f"\n{v.group(1)}{v.group(2)} = wm2[:, None]\n"
             body = body[:m.start()] + both + body[m.end():v.start()] + var + body[v.end():]
         return body
 
-    out = _edit_kernels(source, edit)
-    if out == source:
-        return source
-    first = out.index("@triton.jit")
-    return out[:first] + _ADD2.lstrip("\n") + "\n\n" + out[first:]
+    return _with_helper(source, _edit_kernels(source, edit),
+                        _WELFORD if form.startswith("welford") else _ADD2)
+
+
+_LOG2E = "1.4426950408889634"
+_EXP_OF_SUB = re.compile(r"\n(\s+)(v\d+) = \((\w+) - (\w+)\)\n(\s+)(v\d+) = tl\.exp2\(\(\2\) \* "
+                         + _LOG2E + r"\)\n")
+
+
+def exp_as_ffma(source: str) -> str:
+    """ffma: exp2(x * log2e - m * log2e) (one FFMA) for the emitter's exp2((x - m) * log2e)."""
+
+    def edit(name: str, body: str) -> str:
+        body = _EXP_OF_SUB.sub(
+            lambda m: (f"\n{m.group(1)}{m.group(2)} = ({m.group(3)} - {m.group(4)})\n{m.group(5)}"
+                       f"{m.group(6)} = tl.exp2({m.group(3)} * {_LOG2E} - {m.group(4)} * "
+                       f"{_LOG2E})\n"), body)
+        # the looped online step: no per-element select; a row with nothing but -inf so far
+        # sums NaN, and the row's select zeroes it
+        body = body.replace(
+            f"p = tl.where(mask & safe, tl.exp2((g - m_new) * {_LOG2E}), 0.0)",
+            f"p = tl.exp2(g * {_LOG2E} - m_new * {_LOG2E})")
+        return body.replace(
+            f"s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * {_LOG2E}), 0.0) "
+            "+ tl.sum(p, axis=1)[:, None]",
+            f"s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * {_LOG2E}) "
+            "+ tl.sum(p, axis=1)[:, None], 0.0)")
+
+    return _edit_kernels(source, edit)
+
+
+def one_round_lse(source: str) -> str:
+    """lse1: softmax's max and sum of exp as one reduction of (max, sum) pairs."""
+
+    def edit(name: str, body: str) -> str:
+        if name.endswith(("_single_pass_kernel", "_persistent_kernel")):
+            m = _SM_MAX.search(body)
+            s = _SM_SUM.search(body, m.end()) if m else None
+            if m is None or s is None:
+                return body
+            ind, red, x = m.groups()
+            pair = (f"\n{ind}lm, ls = tl.reduce(({x}, tl.where({x} > float('-inf'), 1.0, 0.0)), "
+                    f"1, _probe_lse)\n{ind}{red} = lm[:, None]\n")
+            return (body[:m.start()] + pair + body[m.end():s.start()]
+                    + f"\n{s.group(1)}{s.group(2)} = ls[:, None]\n" + body[s.end():])
+        if name.endswith("_looped_kernel"):
+            o = _ONLINE.search(body)
+            if o is None:
+                return body
+            ind = o.group(1)
+            step = (f"\n{ind}cm, cs = tl.reduce((g, tl.where(g > float('-inf'), 1.0, 0.0)), 1, "
+                    f"_probe_lse)\n{ind}m_row, s_row = _probe_lse(m_row, s_row, cm[:, None], "
+                    f"cs[:, None])\n")
+            return body[:o.start()] + step + body[o.end():]
+        return body
+
+    return _with_helper(source, _edit_kernels(source, edit), _LSE)
 
 
 def hoist_loads(lines: list[str]) -> list[str]:
@@ -165,8 +297,13 @@ def transform(source: str, which: str) -> str:
     todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
     if "tl_exp" in todo:
         return _EXP2.sub(r"tl.exp(\1)", source)
-    if "var1" in todo:
-        return one_round_variance(source)
+    if "ffma" in todo:
+        return exp_as_ffma(source)
+    for form in ("var1", "welford", "welford_even", "shift"):
+        if form in todo:
+            return one_round_variance(source, form)
+    if "lse1" in todo:
+        return one_round_lse(source)
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):
