@@ -267,6 +267,15 @@ class Emitter:
             self.emit(f"{name} = {expr}")
         return name
 
+    def tmps(self, expr: str, *prefixes: str) -> list[str]:
+        """Names bound to the values of a tuple-valued `expr` (a two-value tl.reduce)."""
+        names = []
+        for prefix in prefixes:
+            self._n += 1
+            names.append(f"{prefix}{self._n}")
+        self.emit(f"{', '.join(names)} = {expr}")
+        return names
+
     def reset(self) -> None:
         """Forget memoized values (at a loop boundary: loop-body variables do not escape)."""
         self.memo = {}

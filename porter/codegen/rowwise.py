@@ -122,6 +122,42 @@ def _ssq_pairs(plan: RowPlan) -> dict[int, Node]:
     return pairs
 
 
+def _variance_pairs(plan: RowPlan) -> dict[int, Node]:
+    """sum(x) reduction id -> sum((x - sum(x) / n)^2), n the row's length: layernorm's mean and
+    variance, which one reduction of shifted sums gives (`ONE_ROUND_VARIANCE`)."""
+    pairs: dict[int, Node] = {}
+    n = plan.space[plan.dim] if plan.space else None
+    for s in plan.main:
+        sq = s.args[0]
+        if s.attrs["kind"] != "sum" or not isinstance(sq, Node) or sq.op != "pw" or \
+                sq.attrs["fn"] != "mul" or sq.args[0] is not sq.args[1]:
+            continue
+        a = sq.args[0]
+        if not isinstance(a, Node) or a.op != "pw" or a.attrs["fn"] != "sub":
+            continue
+        x, mean = a.args
+        if not isinstance(mean, Node) or mean.op != "pw" or mean.attrs["fn"] != "div":
+            continue
+        r, count = mean.args
+        if isinstance(r, Node) and r.op == "reduce" and r.attrs["kind"] == "sum" and \
+                r in plan.main and r.args[0] is x and isinstance(x, Node) and \
+                x.rank == len(plan.space) and sympy.simplify(sympy.sympify(count) - n) == 0 and \
+                plan.main.index(r) < plan.main.index(s):
+            pairs[r.id] = s
+    return pairs
+
+
+# Layernorm's mean and variance from one block-wide reduction: the sums of d = x - k and d^2,
+# k the row's first element, then sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n. The two-round
+# form (the variance's reduction waits for the mean's) cost 8% at 4096x32768 on the H200
+# (bench/NOTES.md item 36). The shift keeps the cancellation small: its relative error in the
+# variance is about eps * (mean - k)^2 / variance, ~eps for a k drawn from the row, at worst
+# ~n * eps when k is an outlier that dominates the variance (E[x^2] - E[x]^2, no shift, has no
+# such bound: a mean of 1e4 against a spread of 1 loses everything in fp32). Welford/Chan
+# triples are stable without a shift but cost 27% more instructions and lost the gain.
+ONE_ROUND_VARIANCE = True
+
+
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     """Emit the kernel bodies; registers every argument they use in `args`."""
     coord_lines, rc = _row_coords(plan, args)
@@ -170,11 +206,57 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             ptr = args.add(f"tmp{i}_ptr", f"tmps[{i}]", f"ptr:tmp{i}")
             em.emit(f"tl.store({ptr} + rows, ({val}).to(tl.float32), mask=row_mask)")
 
+    variance = _variance_pairs(plan) if ONE_ROUND_VARIANCE else {}
+    variance_second = {s.id for s in variance.values()}
+
+    def shifted_sums(em: Emitter, r: Node, blocks: tuple[tuple[tuple[Coord, ...], str], ...]
+                     ) -> None:
+        """r's sum and its variance partner's from one reduction of (x - k, (x - k)^2) per
+        block of the row, k the row's first element (see ONE_ROUND_VARIANCE)."""
+        x = r.args[0]
+        # an empty row has no column 0 (a tensor compare: the interpreter's scalar one is no mask)
+        row_mask, em.row_mask = em.row_mask, f"({em.row_mask}) & (rows * 0 < n_cols)"
+        k = em.tmp(f"({em.eval(x, _coords_for(plan, x, rc))}).to(tl.float32)", "k")
+        em.row_mask = row_mask
+        s1, s2, xs = [], [], []
+        for block_coords, block_mask in blocks:
+            em.full_mask = block_mask
+            xs.append((f"({em.eval(x, block_coords)}).to(tl.float32)", block_mask))
+            d = em.tmp(f"tl.where({block_mask}, {xs[-1][0]} - {k}, 0.0)", "d")
+            a, b = em.tmps(f"tl.reduce(({d}, {d} * {d}), 1, _add_pairs)", "s1_", "s2_")
+            s1.append(f"{a}[:, None]")
+            s2.append(f"{b}[:, None]")
+        em.full_mask = blocks[0][1]
+        t1 = em.tmp(" + ".join(s1), "s1")
+        t2 = em.tmp(" + ".join(s2), "s2")
+        em.reduced[r.id] = em.tmp(f"{t1} + {k} * n_cols", "red")
+        # the mean as k + sum(d) / n: (sum(d) + k * n) / n would round k * n (at a mean of 1e4
+        # and n = 700, to 0.5) and lose what the shift kept
+        second = variance[r.id]
+        mean_node = second.args[0].args[0].args[1]
+        mean = em.tmp(f"{k} + {t1} / n_cols", "mean")
+        em.memo[(mean_node.id, _coords_for(plan, mean_node, rc), None)] = mean
+        var = em.tmp(f"tl.maximum({t2} - {t1} * {t1} / n_cols, 0.0)", "red")
+        em.reduced[second.id] = var
+        # Where k sits far out in its row ((mean - k)^2 > 16 variances: an outlier in column 0)
+        # the cancellation costs more than 16 roundings: those tiles take the exact second
+        # round; a row drawn from one distribution does so with probability ~6e-5.
+        em.emit(f"if tl.max(({t1} * {t1} / n_cols > 16.0 * {var}).to(tl.int32)) > 0:")
+        parts = [f"tl.sum(tl.where({m}, ({xv} - {mean}) * ({xv} - {mean}), 0.0), axis=1)[:, None]"
+                 for xv, m in xs]
+        em.emit(f"    {var} = {' + '.join(parts)}")
+
     # ---- single pass: every row lives in registers; each load happens once -----------------
     def reduce_single(em: Emitter) -> int:
         """Emit the reductions; returns how many needed a select of the masked lanes."""
         selects = 0
         for r in plan.main:
+            if r.id in variance_second:
+                continue
+            if r.id in variance:
+                shifted_sums(em, r, ((full, em.full_mask),))
+                selects += 1
+                continue
             v = em.eval(r.args[0], full)
             kind = r.attrs["kind"]
             if not _masked_lanes_hold_identity(em, r, v, pairs, full):
@@ -198,6 +280,11 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     em = new_emitter()
     blocks = ((full, "mask"), (_full(plan, rc, "cols_t"), "mask_t"))
     for r in plan.main:
+        if r.id in variance_second:
+            continue
+        if r.id in variance:
+            shifted_sums(em, r, blocks)
+            continue
         kind = r.attrs["kind"]
         parts = []
         for block_coords, block_mask in blocks:
@@ -352,9 +439,12 @@ _ASSIGN = re.compile(r"^    ([A-Za-z_]\w*) = (.+)$")  # a statement at the kerne
 _REDUCTIONS = {"sum", "max", "min", "reduce"}  # tl.* calls: a statement using one stays put
 
 
+_TARGETS = re.compile(r"^\s*([A-Za-z_]\w*(?:, [A-Za-z_]\w*)*) = ")  # `a = ` or `a, b = `
+
+
 def _assignments(lines: list[str]) -> list[str]:
-    """The name each assignment among `lines` binds, at any indentation, with repeats."""
-    return [m.group(1) for ln in lines if (m := re.match(r"^\s*([A-Za-z_]\w*) = ", ln))]
+    """The names each assignment among `lines` binds, at any indentation, with repeats."""
+    return [n for ln in lines if (m := _TARGETS.match(ln)) for n in m.group(1).split(", ")]
 
 
 def split_invariant(lines: list[str], variant: set[str]) -> tuple[list[str], list[str]]:
@@ -372,8 +462,8 @@ def split_invariant(lines: list[str], variant: set[str]) -> tuple[list[str], lis
             if not _reduces(m.group(2)) and not names & variant:
                 movable.append(ln)
                 continue
-        if m:
-            variant.add(m.group(1))
+        if (t := _TARGETS.match(ln)):
+            variant.update(t.group(1).split(", "))
         rest.append(ln)
     return movable, rest
 

@@ -416,7 +416,7 @@ def test_hoisted_single_pass_matches_and_loads_first(fn) -> None:
     op = check(fn, inputs, f"{fn.__name__}_hoist", torch.float32, config=cfg, use_out=True)
     single = _single_pass(op)
     hoisted = single[single.index("if HOIST:"):single.index("    else:")]
-    first_reduction = min(hoisted.index(f"tl.{k}(") for k in ("sum", "max")
+    first_reduction = min(hoisted.index(f"tl.{k}(") for k in ("sum", "max", "reduce")
                           if f"tl.{k}(" in hoisted)
     # every load of the hoisted branch comes before its first reduction
     assert hoisted.rfind("tl.load(") < first_reduction
@@ -424,7 +424,8 @@ def test_hoisted_single_pass_matches_and_loads_first(fn) -> None:
 
 def test_persistent_kernel_loads_weights_once_per_program() -> None:
     # The weight and bias need no row: the persistent kernel loads them before its row loop
-    # (masked by the columns alone), and only x inside it.
+    # (masked by the columns alone), and only x inside it (the row and its first element, the
+    # shift of the one-round variance).
     x, w, b = rand(23, 37), rand(37, seed=1), rand(37, seed=2)
     cfg = {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 64, "num_warps": 2, "num_stages": 2,
            "PROGRAMS_PER_SM": 2}
@@ -433,7 +434,7 @@ def test_persistent_kernel_loads_weights_once_per_program() -> None:
     kernel = src[src.index("_persistent_kernel("):]
     before_loop, loop = kernel.split("for block in tl.range(", 1)
     assert before_loop.count("tl.load(") == 2 and before_loop.count("mask=col_mask") == 2
-    assert loop[:loop.index("\n\n\n")].count("tl.load(") == 1
+    assert loop[:loop.index("\n\n\n")].count("tl.load(") == 2
 
 
 @pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm, add_rmsnorm, cross_entropy])
@@ -451,3 +452,43 @@ def test_two_block_single_pass_matches(fn) -> None:
     assert "cols_t" in body and "mask=mask_t" in body
     with pytest.raises(ValueError, match="two_block needs BLOCK_N \\+ BLOCK_TAIL >= 37"):
         run_generated(fn, inputs, f"{fn.__name__}_two_block_short", {**cfg, "BLOCK_TAIL": 4})
+
+
+@pytest.mark.parametrize("cfg", [
+    {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1},
+    {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1, "HOIST": True},
+    {"strategy": "two_block", "ROWS": 2, "BLOCK_N": 512, "BLOCK_TAIL": 256, "num_warps": 1},
+    {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1, "num_stages": 2,
+     "PROGRAMS_PER_SM": 1},
+], ids=["single", "single-hoist", "two_block", "persistent"])
+def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(cfg) -> None:
+    # Rows whose mean (1e3) dwarfs their spread (1), fp32: sum(x^2) / n - mean^2 cancels all
+    # but a digit there, and the shift by the row's first element keeps the fp32 tolerance.
+    # (At 1e4 the fp32 mean itself rounds by 5e-4 of the spread: no fp32 kernel keeps 1e-4.)
+    # Row 1 starts with an outlier (the shift's worst case: the error grows with
+    # (mean - k)^2 / var, here ~600).
+    x = rand(5, 700) + 1.0e3
+    x[1, 0] = 1.0e3 + 60.0
+    w, b = rand(700, seed=1), rand(700, seed=2)
+    op = check(layernorm, (x, w, b), f"layernorm_1round_{cfg['strategy']}", torch.float32,
+               config=cfg, use_out=True)
+    src = op.triton_module_source()
+    kernel = src[src.index(f"_{cfg['strategy']}_kernel("):]
+    kernel = kernel[:kernel.index("\n\n\n")]
+    # one two-value reduction per block of the row; a second round only under the guard
+    blocks = 2 if cfg["strategy"] == "two_block" else 1
+    branches = 2 if cfg["strategy"] == "single_pass" else 1  # both branches of HOIST
+    assert kernel.count("tl.reduce((") == blocks * branches
+    lines = kernel.splitlines()
+    assert all(lines[i - 1].strip().startswith("if tl.max((")
+               for i, ln in enumerate(lines) if "tl.sum(" in ln)
+    # Without the shift (k = 0) and without the exact second round for a far-out k, the same
+    # kernel fails the check: these rows do cancel.
+    k_line = next(ln for ln in kernel.splitlines() if ln.strip().startswith("k"))
+    guard = next(ln for ln in kernel.splitlines() if ln.strip().startswith("if tl.max(("))
+    bare = src.replace(k_line, k_line + " * 0.0").replace(guard, guard.split("if")[0] + "if False:")
+    assert "if False:" in bare
+    mod = load_generated_module(bare, f"layernorm_bare_{cfg['strategy']}", interpret=True)
+    got = (mod.launch(x, w, b, config=cfg),)
+    with pytest.raises(pytest.fail.Exception):
+        assert_close(got, _ref64(layernorm, (x, w, b)), torch.float32)
