@@ -25,8 +25,8 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   welford_even  the same with every count 1 (right only where n_cols == BLOCK_N and no row is
          masked: the correctness check rejects it elsewhere), so that the in-thread counts
          are constants and LLVM folds their divisions
-  (var1, welford, welford_even and shift edit the two-round layernorm, the emitter's form
-  until it took shift's as its own: give --two-round-variance to generate that form again)
+  (var1, welford, welford_even and shift edit the two-round layernorm, the emitter's default;
+  --one-round-variance generates the emitter's own shifted form, rowwise.ONE_ROUND_VARIANCE)
   shift  layernorm's single pass: the mean and the variance from one reduction of the sums of
          d = x - k and d^2, k the row's first element (shifted data: the cancellation that
          var1 suffers scales with (mean - k)^2 / variance, about 1 for a k drawn from the row)
@@ -420,13 +420,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--transforms", default=",".join(TRANSFORMS), help="of " + ",".join(TRANSFORMS))
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--two-round-variance", action="store_true",
-                    help="generate layernorm's variance as a second reduction after the mean's")
+    ap.add_argument("--one-round-variance", action="store_true",
+                    help="generate layernorm's mean and variance from one reduction (shifted)")
     args = ap.parse_args(argv)
-    if args.two_round_variance:
+    if args.one_round_variance:
         from porter.codegen import rowwise
 
-        rowwise.ONE_ROUND_VARIANCE = False
+        rowwise.ONE_ROUND_VARIANCE = True
 
     import hwmodels
     from harness import env_info

@@ -148,14 +148,14 @@ def _variance_pairs(plan: RowPlan) -> dict[int, Node]:
 
 
 # Layernorm's mean and variance from one block-wide reduction: the sums of d = x - k and d^2,
-# k the row's first element, then sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n. The two-round
-# form (the variance's reduction waits for the mean's) cost 8% at 4096x32768 on the H200
-# (bench/NOTES.md item 36). The shift keeps the cancellation small: its relative error in the
-# variance is about eps * (mean - k)^2 / variance, ~eps for a k drawn from the row, at worst
-# ~n * eps when k is an outlier that dominates the variance (E[x^2] - E[x]^2, no shift, has no
-# such bound: a mean of 1e4 against a spread of 1 loses everything in fp32). Welford/Chan
-# triples are stable without a shift but cost 27% more instructions and lost the gain.
-ONE_ROUND_VARIANCE = True
+# k the row's first element, then sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n; tiles where k
+# sits more than 4 spreads from the mean take an exact second round. The shift keeps the
+# cancellation small: the variance's relative error is about eps * (mean - k)^2 / variance
+# (E[x^2] - E[x]^2, no shift, has no such bound). Off by default: in the H200 suite it took
+# layernorm 4096x32768 from 164.8 to 157.4 us but made widths 4096-5120 5-15% slower
+# (bench/NOTES.md item 36); it belongs in the search as a knob, not in every kernel.
+# Welford/Chan triples (stable without a shift) cost 27% more instructions and lost the gain.
+ONE_ROUND_VARIANCE = False
 
 
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:

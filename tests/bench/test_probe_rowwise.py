@@ -14,8 +14,7 @@ from porter.codegen import rowwise
 
 @pytest.fixture
 def two_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The layernorm the emitter wrote before its one-round variance: var1, welford and shift
-    edit that form (the probes that measured them ran on it)."""
+    """The two-round layernorm (the emitter's default): var1, welford and shift edit it."""
     monkeypatch.setattr(rowwise, "ONE_ROUND_VARIANCE", False)
 
 
