@@ -36,10 +36,6 @@ from bench.sweep import DTYPES  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 
 
-# Compile options a config may carry besides num_warps and num_stages (the launchers pass them).
-KNOBS = ("maxnreg", "waves_per_eu", "matrix_instr_nonkdim")
-
-
 def sass_counts(cubin: bytes) -> collections.Counter:
     """Instruction mnemonics of a cubin's SASS (the one the compile check built); global loads
     and stores keep their modifiers (width, cache hints: LDG.E.128.STRONG.GPU is a .cg load)."""
@@ -92,8 +88,10 @@ def main(argv: list[str] | None = None) -> int:
             source = changed
         path.write_text(source)
         for ref in gen_op.kernel_refs(inputs, config, source_path=str(path)):
-            extra = {k: config[k] for k in KNOBS if k in config}
-            rep = targets.for_device(hw).compile(
+            backend = targets.for_device(hw)
+            # the compile options this backend knows (maxnreg, waves_per_eu, ...) from the config
+            extra = {k: config[k] for k in backend.known_knobs if k in config}
+            rep = backend.compile(
                 ref, LaunchConfig(config["num_warps"], config.get("num_stages", 1), extra), hw)
             r = rep.resources
             ptx = rep.artifacts.get("ptx", "")

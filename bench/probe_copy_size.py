@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[tuple[float, float]]] = {}
     with (args.out / "copy_size.jsonl").open("a") as sink:
         sink.write(json.dumps(meta) + "\n")
-        print(f"{'MiB':>6}  " + "  ".join(f"{'provider':<24}{'us':>8}{'% ceil':>8}" for _ in [0]))
+        print(f"{'MiB':>6}  {'provider':<24}{'us':>8}{'% ceil':>8}")
         for size_mb in (int(s) for s in args.sizes_mb.split(",")):
             n_bytes = size_mb * MB
             provs = providers(n_bytes, dev)

@@ -12,34 +12,6 @@ from porter.codegen import load_generated_module
 from porter.codegen import rowwise
 
 
-@pytest.fixture
-def two_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The two-round layernorm (the emitter's default): var1, welford and shift edit it."""
-    monkeypatch.setattr(rowwise, "ONE_ROUND_VARIANCE", False)
-
-
-def test_var1_reduces_sum_and_sum_of_squares_at_once_and_stays_right(two_round: None) -> None:
-    spec, gen_op = generated("layernorm")
-    base = gen_op.triton_module_source()
-    src = transform(base, "var1")
-    single = src[src.index("def _layernorm_single_pass_kernel"):src.index("_looped_kernel(")]
-    # both branches of HOIST: one two-value reduction, no second tl.sum after the mean
-    assert single.count("_probe_add2)") == 2 and "tl.sum(" not in single
-    module = load_generated_module(src, "probe_var1", interpret=True)
-    gen = torch.Generator().manual_seed(3)
-    for shape, hoist in (((5, 70), False), ((3, 129), True)):
-        inputs = spec.make_inputs(shape, torch.float32, torch.device("cpu"), gen)
-        cfg = {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 256, "num_warps": 1,
-               "HOIST": hoist}
-        got = module.launch(*inputs, config=cfg)
-        want = spec.reference(*[x.double() for x in inputs])
-        torch.testing.assert_close(got.double(), want, atol=1e-5, rtol=1e-5)
-    # an op without layernorm's variance is left alone
-    _, softmax_op = generated("softmax")
-    assert transform(softmax_op.triton_module_source(), "var1") == \
-        softmax_op.triton_module_source()
-
-
 def _run(op: str, src: str, name: str, shape: tuple[int, ...], cfg: dict) -> None:
     spec, _ = generated(op)
     module = load_generated_module(src, name, interpret=True)
@@ -48,6 +20,28 @@ def _run(op: str, src: str, name: str, shape: tuple[int, ...], cfg: dict) -> Non
     got = module.launch(*inputs, config=cfg)
     want = spec.reference(*[x.double() if x.is_floating_point() else x for x in inputs])
     torch.testing.assert_close(got.double(), want.double(), atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture
+def two_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The two-round layernorm (the emitter's default): var1, welford and shift edit it."""
+    monkeypatch.setattr(rowwise, "ONE_ROUND_VARIANCE", False)
+
+
+def test_var1_reduces_sum_and_sum_of_squares_at_once_and_stays_right(two_round: None) -> None:
+    _, gen_op = generated("layernorm")
+    base = gen_op.triton_module_source()
+    src = transform(base, "var1")
+    single = src[src.index("def _layernorm_single_pass_kernel"):src.index("_looped_kernel(")]
+    # both branches of HOIST: one two-value reduction, no second tl.sum after the mean
+    assert single.count("_probe_add2)") == 2 and "tl.sum(" not in single
+    for shape, hoist in (((5, 70), False), ((3, 129), True)):
+        _run("layernorm", src, "probe_var1", shape,
+             {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 256, "num_warps": 1, "HOIST": hoist})
+    # an op without layernorm's variance is left alone
+    _, softmax_op = generated("softmax")
+    assert transform(softmax_op.triton_module_source(), "var1") == \
+        softmax_op.triton_module_source()
 
 
 def test_welford_triples_give_the_variance_in_one_reduction(two_round: None) -> None:
