@@ -36,9 +36,8 @@ from bench.sweep import DTYPES  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 
 
-def sass_counts(cubin: bytes) -> collections.Counter:
-    """Instruction mnemonics of a cubin's SASS (the one the compile check built); global loads
-    and stores keep their modifiers (width, cache hints: LDG.E.128.STRONG.GPU is a .cg load)."""
+def sass_text(cubin: bytes) -> str:
+    """The SASS listing of a cubin, by the cuobjdump shipped in triton."""
     from targets.triton_cuda import cuobjdump_path
 
     tool = cuobjdump_path()
@@ -47,8 +46,13 @@ def sass_counts(cubin: bytes) -> collections.Counter:
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        sass = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
+        return subprocess.run([tool, "-sass", f.name], capture_output=True, text=True,
                               check=True).stdout
+
+
+def sass_counts(sass: str) -> collections.Counter:
+    """Instruction mnemonics of a SASS listing; global loads and stores keep their modifiers
+    (width, cache hints: LDG.E.128.STRONG.GPU is a .cg load)."""
     ops = re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", sass)
     return collections.Counter(op if op.startswith(("LDG", "STG")) else op.split(".")[0]
                                for op in ops if not op.startswith("NOP"))
@@ -62,6 +66,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", default="h100", help="hardware model name")
     ap.add_argument("--config", required=True, help="the config, as JSON")
     ap.add_argument("--sass", action="store_true", help="also count SASS instructions")
+    ap.add_argument("--sass-dir", type=Path,
+                    help="with --sass: write each kernel's full SASS listing here")
     ap.add_argument("--transform", default="base",
                     help="a source transform of bench/probe_rowwise.py applied first (e.g. lse1)")
     args = ap.parse_args(argv)
@@ -104,9 +110,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.sass:
                 if rep.binary is None or hw.build.backend != "triton-cuda":
                     raise SystemExit("--sass reads a cubin: NVIDIA targets only")
-                counts = sass_counts(rep.binary)
+                sass = sass_text(rep.binary)
+                counts = sass_counts(sass)
                 print(f"  {sum(counts.values())} SASS instructions: "
                       f"{dict(counts.most_common(12))}")
+                if args.sass_dir:
+                    args.sass_dir.mkdir(parents=True, exist_ok=True)
+                    (args.sass_dir / f"{ref.name}.sass").write_text(sass)
                 memory = {k: v for k, v in sorted(counts.items()) if k.startswith(("LDG", "STG"))}
                 print(f"  global loads and stores: {memory}")
     return 0

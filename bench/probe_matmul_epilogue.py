@@ -129,7 +129,7 @@ VARIANTS = ("base", "gelu_ops", "bias_row", "tma_store", "both", "no_epilogue")
 
 def compile_only(target: str, shape: tuple[int, ...]) -> int:
     """Cross-compile each variant for `target` on the CPU and print what it compiles to."""
-    from compile_report import sass_counts
+    from compile_report import sass_counts, sass_text
     from sweep import DTYPES
     from sweep import generated
 
@@ -153,7 +153,7 @@ def compile_only(target: str, shape: tuple[int, ...]) -> int:
                 line = (f"{name:12s} {r.registers_per_thread} registers, {r.spill_bytes} B "
                         f"spilled, {r.shared_memory_bytes} B shared")
                 if rep.binary is not None and hw.build.backend == "triton-cuda":
-                    c = sass_counts(rep.binary)
+                    c = sass_counts(sass_text(rep.binary))
                     mem = {k: v for k, v in sorted(c.items())
                            if k.startswith(("LDG", "STG", "LDS", "STS", "UTMA", "BAR"))}
                     line += f"; {sum(c.values())} SASS, {mem}"

@@ -15,24 +15,14 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   all    every transform above (not tl_exp)
   tl_exp exp as tl.exp again, where the emitter writes tl.exp2(x * log2 e) since item 30
          (tl.exp is ex2.approx.f32 on NVIDIA, with a subnormal fix-up per element)
-  var1   layernorm's single pass only: the mean and the variance from one block-wide reduction
-         of two values (sum x, sum x^2) instead of a second reduction that waits for the mean
-         (bench/NOTES.md item 35). It times one reduction round; it is not a kernel to keep:
-         E[x^2] - E[x]^2 loses precision when the mean is large against the spread.
-  welford       layernorm's single pass: the mean and the variance from one block-wide
-         reduction of (count, mean, M2) triples (Chan's pairwise combine: stable); masked
-         lanes count 0, so every in-thread combine divides by a count known only at run time
-  welford_even  the same with every count 1 (right only where n_cols == BLOCK_N and no row is
-         masked: the correctness check rejects it elsewhere), so that the in-thread counts
-         are constants and LLVM folds their divisions
-  (var1, welford, welford_even and shift edit the two-round layernorm, the emitter's default;
-  --one-round-variance generates the emitter's own shifted form, rowwise.ONE_ROUND_VARIANCE)
-  shift  layernorm's single pass: the mean and the variance from one reduction of the sums of
-         d = x - k and d^2, k the row's first element (shifted data: the cancellation that
-         var1 suffers scales with (mean - k)^2 / variance, about 1 for a k drawn from the row)
+  (var1, welford, welford_even and shift, layernorm's one-round variances of items 35-36,
+  were retired when the emitter took the shifted form as its VAR1 knob: see git 1a81616; a
+  case's config with "VAR1": True runs the emitter's own form)
   ffma   softmax and cross-entropy: exp2(x * log2e - m * log2e), one FFMA, where the emitter
          writes exp2((x - m) * log2e), a subtract and a multiply; in the looped kernels the
          select of masked lanes per element also moves to one select per row and chunk
+  masked the kernels without their EVEN (`| EVEN` dropped): every lane masked as before
+         item 37, where full row and column blocks (EVEN) leave constant masks the compiler drops
   lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
          (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
          single pass and the persistent kernel per row, in the looped kernels per chunk
@@ -115,37 +105,18 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "cross_entropy:4096x32768:bf16@h200": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b,
                                             "num_warps": 4, "num_stages": 2}
                                            for b in (8192, 4096)],
+    # the H200 run6 picks at full-width rows, for masked (item 37)
+    "layernorm:8192x5120:bf16@h200": [{"strategy": "two_block", "ROWS": 1, "BLOCK_N": 4096,
+                                       "BLOCK_TAIL": 1024, "num_warps": 4}],
+    "rmsnorm:4096x32768:bf16@h200": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
+                                      "num_warps": 32, "HOIST": True}],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "var1", "welford",
-              "welford_even", "shift", "ffma", "lse1")
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
-# layernorm's single pass as the emitter writes it: the mean's reduction and the mean, then
-# the variance's reduction
-_MEAN = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\((x\d+)\)\.to\(tl\.float32\), axis=1\)"
-                   r"\[:, None\]\n(\s+(v\d+) = tl\.math\.div_rn\(tl\.cast\(\2, .*\n)")
-_VAR = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\(tl\.where\(mask, v\d+, 0\.0\)\)"
-                  r"\.to\(tl\.float32\), axis=1\)\[:, None\]\n")
-_ADD2 = """
-
-@triton.jit
-def _probe_add2(a0, a1, b0, b1):
-    return a0 + b0, a1 + b1
-"""
-
-
-_WELFORD = """
-
-@triton.jit
-def _probe_welford(n_a, mean_a, m2_a, n_b, mean_b, m2_b):
-    n = n_a + n_b
-    w_b = tl.where(n > 0, n_b / tl.maximum(n, 1.0), 0.0)
-    delta = mean_b - mean_a
-    return n, mean_a + delta * w_b, m2_a + m2_b + delta * delta * n_a * w_b
-"""
 _LSE = """
 
 @triton.jit
@@ -169,50 +140,6 @@ def _with_helper(source: str, out: str, helper: str) -> str:
         return source
     first = out.index("@triton.jit")
     return out[:first] + helper.lstrip("\n") + "\n\n" + out[first:]
-
-
-def one_round_variance(source: str, form: str = "var1") -> str:
-    """var1: the single pass's sum and sum of squares in one two-value reduction; welford,
-    welford_even: (count, mean, M2) triples in one reduction."""
-
-    def edit(name: str, body: str) -> str:
-        if not name.endswith("_single_pass_kernel"):
-            return body
-        for _ in range(body.count("tl.math.div_rn")):  # each branch of HOIST
-            m, v = _MEAN.search(body), _VAR.search(body)
-            if m is None or v is None or v.start() < m.start():
-                break
-            ind, red, x, mean_line, mean = m.groups()
-            if form == "shift":
-                # k: the row's first element (the x load's address at column 0)
-                addr = re.search(rf"{x} = tl\.load\((\w+) \+ \(rows \* (\w+)\)", body)
-                both = (f"\n{ind}k = tl.load({addr.group(1)} + rows * {addr.group(2)}, "
-                        f"mask=row_mask, other=0.0).to(tl.float32)\n"
-                        f"{ind}d = tl.where(mask, {x} - k, 0.0)\n"
-                        f"{ind}s1, s2 = tl.reduce((d, d * d), 1, _probe_add2)\n"
-                        f"{ind}{red} = (s1[:, None] + k * sz0)\n"
-                        f"{ind}{mean} = k + s1[:, None] / sz0\n")
-                # sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n
-                var = (f"\n{v.group(1)}{v.group(2)} = "
-                       f"tl.maximum(s2[:, None] - s1[:, None] * s1[:, None] / sz0, 0.0)\n")
-            elif form == "var1":
-                both = (f"\n{ind}s1, s2 = tl.reduce(({x}, {x} * {x}), 1, _probe_add2)\n"
-                        f"{ind}{red} = s1[:, None]\n{mean_line}")
-                # sum((x - mean)^2) = sum(x^2) - sum(x) * mean
-                var = (f"\n{v.group(1)}{v.group(2)} = "
-                       f"tl.maximum(s2[:, None] - {red} * {mean}, 0.0)\n")
-            else:
-                count = (f"tl.full({x}.shape, 1.0, tl.float32)" if form == "welford_even"
-                         else "tl.where(mask, 1.0, 0.0)")
-                both = (f"\n{ind}wn, wmean, wm2 = tl.reduce(({count}, {x}, tl.zeros_like({x})), "
-                        f"1, _probe_welford)\n{ind}{red} = (wmean * wn)[:, None]\n"
-                        f"{ind}{mean} = wmean[:, None]\n")
-                var = f"\n{v.group(1)}{v.group(2)} = wm2[:, None]\n"
-            body = body[:m.start()] + both + body[m.end():v.start()] + var + body[v.end():]
-        return body
-
-    return _with_helper(source, _edit_kernels(source, edit),
-                        _WELFORD if form.startswith("welford") else _ADD2)
 
 
 _LOG2E = "1.4426950408889634"
@@ -301,11 +228,10 @@ def transform(source: str, which: str) -> str:
         return _EXP2.sub(r"tl.exp(\1)", source)
     if "ffma" in todo:
         return exp_as_ffma(source)
-    for form in ("var1", "welford", "welford_even", "shift"):
-        if form in todo:
-            return one_round_variance(source, form)
     if "lse1" in todo:
         return one_round_lse(source)
+    if "masked" in todo:
+        return source.replace(" | EVEN", "")
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):
@@ -351,7 +277,8 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
         module = load_generated_module(src, f"probe_{op_name}_{which}", interpret=False)
         for cfg in configs:
             cfg = {"num_stages": 1, "dtype": dname, **cfg}
-            key = f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]} b{cfg['BLOCK_N']}"
+            key = (f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]} b{cfg['BLOCK_N']}"
+                   + (" var1" if cfg.get("VAR1") else ""))
             row = {"case": text, "variant": which, "config": cfg, "key": key}
             rows.append(row)
             try:
@@ -420,13 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--transforms", default=",".join(TRANSFORMS), help="of " + ",".join(TRANSFORMS))
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--one-round-variance", action="store_true",
-                    help="generate layernorm's mean and variance from one reduction (shifted)")
     args = ap.parse_args(argv)
-    if args.one_round_variance:
-        from porter.codegen import rowwise
-
-        rowwise.ONE_ROUND_VARIANCE = True
 
     import hwmodels
     from harness import env_info

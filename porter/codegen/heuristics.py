@@ -56,6 +56,20 @@ def one_block_sizes(strategy, n_cols):
     return {"BLOCK_N": _next_pow2(max(n_cols, 1))}
 
 
+def rowwise_full_blocks(strategy, n_rows, n_cols, config):
+    """Whether a rowwise config masks no lane: every block of rows and of columns is full.
+
+    The launcher passes it as the kernels' EVEN; its masks are then constant, and the compiler
+    drops them with the selects that fill masked lanes (bench/NOTES.md item 37).
+    """
+    if n_rows % config.get("ROWS", 1):
+        return False
+    if strategy == "looped":
+        return n_cols % config["BLOCK_N"] == 0
+    tail = config.get("BLOCK_TAIL", 0) if strategy == "two_block" else 0
+    return n_cols == config["BLOCK_N"] + tail
+
+
 def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     """Config for a flat elementwise kernel: one 16-byte vector per thread.
 

@@ -301,6 +301,11 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return int(config.get("num_stages", 1))
     if name == "HOIST":
         return bool(config.get("HOIST", False))
+    if name == "VAR1":
+        return bool(config.get("VAR1", False))
+    if name == "EVEN":  # as the rowwise launcher sets it
+        return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
+                                              int(ints["n_cols"]), config)
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
@@ -424,31 +429,37 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     src = _ENV.get_template("triton_rowwise.py.j2").render(
         **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
         persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
-        two_block=bodies.two_block,
+        two_block=bodies.two_block, one_round_variance=bodies.one_round_variance,
         looped=bodies.looped, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
-        heuristics=_heuristics_source(heuristics.rowwise_default, heuristics.fold_config))
+        heuristics=_heuristics_source(heuristics.rowwise_default, heuristics.fold_config,
+                                      heuristics.rowwise_full_blocks))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
+    var1 = ("VAR1",) if bodies.one_round_variance else ()
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "HOIST") if bodies.single_hoisted else ("ROWS", "BLOCK_N"),
-                   ("single_pass",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST") if bodies.single_hoisted
+                   else ("ROWS", "BLOCK_N", "EVEN", *var1), ("single_pass",),
+                   tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N"), ("looped",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "EVEN"), ("looped",), tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "STAGES"), ("persistent",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1), ("persistent",),
+                   tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "BLOCK_TAIL"), ("two_block",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1), ("two_block",),
+                   tuple(args.launch_exprs)),
     ]
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),
                                   ("*",), tuple(args.launch_exprs)))
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
     op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
-              "hoist": bodies.single_hoisted is not None}
+              "hoist": bodies.single_hoisted is not None,
+              "one_round_variance": bodies.one_round_variance}
     return op
 
 

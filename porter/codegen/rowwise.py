@@ -46,6 +46,8 @@ class RowBodies:
     persistent_body: list[str] = field(default_factory=list)
     # The single pass over a head block (BLOCK_N) and a tail block (BLOCK_TAIL) of the row.
     two_block: list[str] = field(default_factory=list)
+    # A mean and variance the one-block kernels compute either way (constexpr VAR1).
+    one_round_variance: bool = False
 
 
 def _row_coords(plan: RowPlan, args: KernelArgs,
@@ -147,15 +149,14 @@ def _variance_pairs(plan: RowPlan) -> dict[int, Node]:
     return pairs
 
 
-# Layernorm's mean and variance from one block-wide reduction: the sums of d = x - k and d^2,
-# k the row's first element, then sum((x - mean)^2) = sum(d^2) - sum(d)^2 / n; tiles where k
-# sits more than 4 spreads from the mean take an exact second round. The shift keeps the
-# cancellation small: the variance's relative error is about eps * (mean - k)^2 / variance
-# (E[x^2] - E[x]^2, no shift, has no such bound). Off by default: in the H200 suite it took
-# layernorm 4096x32768 from 164.8 to 157.4 us but made widths 4096-5120 5-15% slower
-# (bench/NOTES.md item 36); it belongs in the search as a knob, not in every kernel.
-# Welford/Chan triples (stable without a shift) cost 27% more instructions and lost the gain.
-ONE_ROUND_VARIANCE = False
+# Layernorm's mean and variance from one block-wide reduction (constexpr VAR1, a search knob):
+# the sums of d = x - k and d^2, k the row's first element, then sum((x - mean)^2) =
+# sum(d^2) - sum(d)^2 / n; tiles where k sits more than 4 spreads from the mean take an exact
+# second round. The shift keeps the cancellation small: the variance's relative error is about
+# eps * (mean - k)^2 / variance (E[x^2] - E[x]^2, no shift, has no such bound). A knob, not the
+# default form: on the H200 it took layernorm 4096x32768 from 164 to 149 us but made widths
+# 4096-5120 3-15% slower (bench/NOTES.md items 36-37). Welford/Chan triples (stable without a
+# shift) cost 27% more instructions and lost the gain.
 
 
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
@@ -206,13 +207,13 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             ptr = args.add(f"tmp{i}_ptr", f"tmps[{i}]", f"ptr:tmp{i}")
             em.emit(f"tl.store({ptr} + rows, ({val}).to(tl.float32), mask=row_mask)")
 
-    variance = _variance_pairs(plan) if ONE_ROUND_VARIANCE else {}
+    variance = _variance_pairs(plan)
     variance_second = {s.id for s in variance.values()}
 
     def shifted_sums(em: Emitter, r: Node, blocks: tuple[tuple[tuple[Coord, ...], str], ...]
                      ) -> None:
         """r's sum and its variance partner's from one reduction of (x - k, (x - k)^2) per
-        block of the row, k the row's first element (see ONE_ROUND_VARIANCE)."""
+        block of the row, k the row's first element (the VAR1 form)."""
         x = r.args[0]
         # an empty row has no column 0 (a tensor compare: the interpreter's scalar one is no mask)
         row_mask, em.row_mask = em.row_mask, f"({em.row_mask}) & (rows * 0 < n_cols)"
@@ -246,6 +247,57 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
                  for xv, m in xs]
         em.emit(f"    {var} = {' + '.join(parts)}")
 
+    def reduce_blocks(em: Emitter, r: Node, blocks: tuple[tuple[tuple[Coord, ...], str], ...]
+                      ) -> int:
+        """r reduced over each block of the row, the partial results combined; returns how
+        many blocks needed a select of their masked lanes."""
+        kind = r.attrs["kind"]
+        parts, selects = [], 0
+        for block_coords, block_mask in blocks:
+            em.full_mask = block_mask
+            v = em.eval(r.args[0], block_coords)
+            if not _masked_lanes_hold_identity(em, r, v, pairs, block_coords):
+                selects += 1
+                v = f"tl.where({block_mask}, {v}, {IDENTITY[kind]})"
+            v = f"({v}).to(tl.float32)" if kind == "sum" else v
+            parts.append(f"{REDUCE[kind]}({v}, axis=1)[:, None]")
+        em.full_mask = blocks[0][1]
+        combined = parts[0] if len(parts) == 1 else COMBINE[kind].format(a=parts[0], b=parts[1])
+        em.reduced[r.id] = em.tmp(combined, "red")
+        return selects
+
+    def mean_and_variance(em: Emitter, r: Node,
+                          blocks: tuple[tuple[tuple[Coord, ...], str], ...]) -> int:
+        """r (a row's sum) and its variance partner: `if VAR1:` from one reduction of shifted
+        sums, else in two rounds (the variance's reduction waits for the mean). Both branches
+        bind the same names (the two reductions and the mean), which the code after uses."""
+        second = variance[r.id]
+        mean_node = second.args[0].args[0].args[1]
+        mean_key = (mean_node.id, _coords_for(plan, mean_node, rc), None)
+        for block_coords, block_mask in blocks:  # x's loads before the branch: both use them
+            em.full_mask = block_mask
+            em.eval(r.args[0], block_coords)
+        em.full_mask = blocks[0][1]
+        before = dict(em.memo)
+        em.emit("if VAR1:")
+        em.indent += 1
+        shifted_sums(em, r, blocks)
+        names = (em.reduced[r.id], em.reduced[second.id], em.memo[mean_key])
+        em.indent -= 1
+        em.emit("else:")
+        em.indent += 1
+        em.memo = dict(before)
+        selects = reduce_blocks(em, r, blocks) + reduce_blocks(em, second, blocks)
+        mean = em.eval(mean_node, _coords_for(plan, mean_node, rc))
+        for name, value in zip(names, (em.reduced[r.id], em.reduced[second.id], mean),
+                               strict=True):
+            em.emit(f"{name} = {value}")
+        em.indent -= 1
+        em.memo = before  # what either branch computed besides the three names stays inside
+        em.memo[mean_key] = names[2]
+        em.reduced[r.id], em.reduced[second.id] = names[0], names[1]
+        return selects
+
     # ---- single pass: every row lives in registers; each load happens once -----------------
     def reduce_single(em: Emitter) -> int:
         """Emit the reductions; returns how many needed a select of the masked lanes."""
@@ -254,16 +306,9 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             if r.id in variance_second:
                 continue
             if r.id in variance:
-                shifted_sums(em, r, ((full, em.full_mask),))
-                selects += 1
-                continue
-            v = em.eval(r.args[0], full)
-            kind = r.attrs["kind"]
-            if not _masked_lanes_hold_identity(em, r, v, pairs, full):
-                selects += 1
-                v = f"tl.where(mask, {v}, {IDENTITY[kind]})"
-            v = f"({v}).to(tl.float32)" if kind == "sum" else v
-            em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}({v}, axis=1)[:, None]", "red")
+                selects += mean_and_variance(em, r, ((full, em.full_mask),))
+            else:
+                selects += reduce_blocks(em, r, ((full, em.full_mask),))
         return selects
 
     pairs = _online_pairs(plan)
@@ -283,18 +328,9 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         if r.id in variance_second:
             continue
         if r.id in variance:
-            shifted_sums(em, r, blocks)
-            continue
-        kind = r.attrs["kind"]
-        parts = []
-        for block_coords, block_mask in blocks:
-            em.full_mask = block_mask
-            v = em.eval(r.args[0], block_coords)
-            if not _masked_lanes_hold_identity(em, r, v, pairs, block_coords):
-                v = f"tl.where({block_mask}, {v}, {IDENTITY[kind]})"
-            v = f"({v}).to(tl.float32)" if kind == "sum" else v
-            parts.append(f"{REDUCE[kind]}({v}, axis=1)[:, None]")
-        em.reduced[r.id] = em.tmp(COMBINE[kind].format(a=parts[0], b=parts[1]), "red")
+            mean_and_variance(em, r, blocks)
+        else:
+            reduce_blocks(em, r, blocks)
     for block_coords, block_mask in blocks:
         em.full_mask = block_mask
         store_outputs(em, ("full",), block_coords)
@@ -323,7 +359,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         """Start a loop over the row's BLOCK_N chunks (values computed inside stay inside)."""
         em.emit("for start in range(0, n_cols, BLOCK_N):")
         em.emit("    cols = start + tl.arange(0, BLOCK_N)[None, :]")
-        em.emit("    mask = row_mask & (cols < n_cols)")
+        em.emit("    mask = row_mask & ((cols < n_cols) | EVEN)")
         em.indent += 1
         em.reset()
 
@@ -421,7 +457,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     moves_a_load = _loads_before_a_reduction(hoisted) > _loads_before_a_reduction(single)
     return RowBodies(single, looped, post, coord_lines, online,
                      hoisted if moves_a_load else None, persistent_pre, persistent_body,
-                     two_block)
+                     two_block, one_round_variance=bool(variance))
 
 
 def _loads_before_a_reduction(lines: list[str]) -> int:
@@ -430,7 +466,10 @@ def _loads_before_a_reduction(lines: list[str]) -> int:
 
 
 def _reduces(code: str) -> bool:
-    """Whether a statement or expression calls a tl reduction."""
+    """Whether a statement or expression calls a tl reduction (of a block header such as
+    `if VAR1:` or `else:`, its condition)."""
+    if code.endswith(":"):
+        code = code[3:-1] if code.startswith("if ") else "None"
     return any(isinstance(n, ast.Attribute) and n.attr in _REDUCTIONS
                for n in ast.walk(ast.parse(code)))
 

@@ -16,6 +16,9 @@ Pruning rules (each names the limit it enforces):
   blocks, beside each single-pass tile (same rows and warps).
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
   targets) come also with those loads first; which order wins depends on the shape.
+- VAR1: one-block configs of a kernel with a mean and a variance (layernorm) come also with
+  both from one reduction of shifted sums; faster at width 32768, slower at 4096-5120 on the
+  H200 (bench/NOTES.md items 36-37).
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
@@ -204,6 +207,10 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                 out.append({"strategy": "two_block", "ROWS": rows,
                                             "BLOCK_N": head, "BLOCK_TAIL": tail,
                                             "num_warps": w, "num_stages": 1})
+        if op._mm.get("one_round_variance"):
+            # each one-block config also with its mean and variance from one reduction
+            out = [v for c in out for v in ([c, {**c, "VAR1": True}]
+                                            if c["strategy"] != "looped" else [c])]
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:

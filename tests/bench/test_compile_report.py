@@ -25,3 +25,18 @@ def test_sass_counts_keep_the_width_of_global_loads(capsys) -> None:
     # 4096 bf16 over 256 threads: 16 B loads and stores (LDG.E.128), not bare "LDG"
     memory = out[out.index("global loads and stores: "):]
     assert "'LDG.E.128'" in memory and "'STG.E.128'" in memory
+
+
+def test_full_rows_drop_the_select_of_masked_lanes(tmp_path) -> None:
+    # The persistent kernel's pipelined loads (cp.async) fill masked lanes with 0, so its -inf
+    # fill is a select per element: gone with EVEN (full rows), back without it (`masked`).
+    config = {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8,
+              "num_stages": 3, "PROGRAMS_PER_SM": 1}
+    fsel = {}
+    for transform in ("base", "masked"):
+        assert main(["--op", "softmax", "--shape", "256x4096", "--target", "h100", "--sass",
+                     "--sass-dir", str(tmp_path / transform), "--transform", transform,
+                     "--config", json.dumps(config)]) == 0
+        sass = (tmp_path / transform / "_softmax_persistent_kernel.sass").read_text()
+        fsel[transform] = sass.count(" FSEL ")
+    assert fsel["base"] == 0 and fsel["masked"] >= 16

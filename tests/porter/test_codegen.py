@@ -22,7 +22,6 @@ from porter.codegen import UnsupportedOpError  # noqa: E402
 from porter.codegen import generate  # noqa: E402
 from porter.codegen import heuristics  # noqa: E402
 from porter.codegen import load_generated_module  # noqa: E402
-from porter.codegen import rowwise  # noqa: E402
 from porter.codegen.checks import torch_math_calls  # noqa: E402
 
 # Tolerances vs a float64 reference: fp32 I/O is near-exact; 16-bit I/O is bounded by one
@@ -434,7 +433,21 @@ def test_persistent_kernel_loads_weights_once_per_program() -> None:
     kernel = src[src.index("_persistent_kernel("):]
     before_loop, loop = kernel.split("for block in tl.range(", 1)
     assert before_loop.count("tl.load(") == 2 and before_loop.count("mask=col_mask") == 2
-    assert loop[:loop.index("\n\n\n")].count("tl.load(") == 1
+    loop = loop[:loop.index("\n\n\n")]
+    # x, and in the VAR1 branch the row's first element (its shift)
+    var1 = "\n".join(_var1_branches(loop))
+    assert loop.count("tl.load(") - var1.count("tl.load(") == 1 and var1.count("tl.load(") == 1
+
+
+def _var1_branches(kernel: str) -> list[str]:
+    """The lines under each `if VAR1:` of a kernel, up to its `else:`."""
+    branches, lines = [], kernel.splitlines()
+    for i, ln in enumerate(lines):
+        if ln.strip() == "if VAR1:":
+            indent = ln[:len(ln) - len(ln.lstrip())]
+            end = next(j for j in range(i + 1, len(lines)) if lines[j] == indent + "else:")
+            branches.append("\n".join(lines[i + 1:end]))
+    return branches
 
 
 @pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm, add_rmsnorm, cross_entropy])
@@ -455,15 +468,36 @@ def test_two_block_single_pass_matches(fn) -> None:
 
 
 @pytest.mark.parametrize("cfg", [
+    {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 64, "num_warps": 1},
+    {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16, "num_warps": 1},
+    {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 64, "num_warps": 1, "num_stages": 2,
+     "PROGRAMS_PER_SM": 1},
+    {"strategy": "two_block", "ROWS": 2, "BLOCK_N": 32, "BLOCK_TAIL": 32, "num_warps": 1},
+], ids=["single", "looped", "persistent", "two_block"])
+def test_full_blocks_run_without_masks_and_stay_right(cfg) -> None:
+    # 6 rows of 64 columns: every block of rows (2) and of columns full, so EVEN drops the
+    # masks; outputs poisoned with NaN, so a lane left unwritten fails.
+    assert heuristics.rowwise_full_blocks(cfg["strategy"], 6, 64, cfg)
+    assert not heuristics.rowwise_full_blocks(cfg["strategy"], 6, 63, cfg)
+    assert not heuristics.rowwise_full_blocks(cfg["strategy"], 5, 64, {**cfg, "ROWS": 2})
+    x = rand(6, 64) * 3.0
+    t = torch.tensor([3, -100, 63, 0, 12, 40])
+    for fn, inputs in ((softmax, (x,)), (layernorm, (x, rand(64, seed=1), rand(64, seed=2))),
+                       (cross_entropy, (x, t))):
+        for var1 in (False, True) if fn is layernorm and cfg["strategy"] != "looped" else (False,):
+            check(fn, inputs, f"{fn.__name__}_even", torch.float32,
+                  config={**cfg, "VAR1": var1}, use_out=True)
+
+
+@pytest.mark.parametrize("cfg", [
     {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1},
     {"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1, "HOIST": True},
     {"strategy": "two_block", "ROWS": 2, "BLOCK_N": 512, "BLOCK_TAIL": 256, "num_warps": 1},
     {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1, "num_stages": 2,
      "PROGRAMS_PER_SM": 1},
 ], ids=["single", "single-hoist", "two_block", "persistent"])
-def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(
-        cfg, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rowwise, "ONE_ROUND_VARIANCE", True)
+def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(cfg) -> None:
+    cfg = {**cfg, "VAR1": True}
     # Rows whose mean (1e3) dwarfs their spread (1), fp32: sum(x^2) / n - mean^2 cancels all
     # but a digit there, and the shift by the row's first element keeps the fp32 tolerance.
     # (At 1e4 the fp32 mean itself rounds by 5e-4 of the spread: no fp32 kernel keeps 1e-4.)
@@ -479,11 +513,13 @@ def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(
     kernel = kernel[:kernel.index("\n\n\n")]
     # one two-value reduction per block of the row; a second round only under the guard
     blocks = 2 if cfg["strategy"] == "two_block" else 1
-    branches = 2 if cfg["strategy"] == "single_pass" else 1  # both branches of HOIST
-    assert kernel.count("tl.reduce((") == blocks * branches
-    lines = kernel.splitlines()
-    assert all(lines[i - 1].strip().startswith("if tl.max((")
-               for i, ln in enumerate(lines) if "tl.sum(" in ln)
+    branches = _var1_branches(kernel)
+    assert len(branches) == (2 if cfg["strategy"] == "single_pass" else 1)  # HOIST's two
+    for branch in branches:
+        assert branch.count("tl.reduce((") == blocks
+        lines = branch.splitlines()
+        assert all(lines[i - 1].strip().startswith("if tl.max((")
+                   for i, ln in enumerate(lines) if "tl.sum(" in ln)
     # Without the shift (k = 0) and without the exact second round for a far-out k, the same
     # kernel fails the check: these rows do cancel.
     k_line = next(ln for ln in kernel.splitlines() if ln.strip().startswith("k"))
