@@ -92,12 +92,12 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                 "num_warps": 8}],
     "softmax:4096x32768:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                  "num_warps": 32}],
-    # the H200 run6 pick at the widest rows (results/h200-2026-11-23-run6/), for var1
+    # the H200 run6 pick at the widest rows (results/h200-2026-11-23-run6/), for var1 (retired)
     "layernorm:4096x32768:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                    "num_warps": w} for w in (16, 32)],
     "layernorm:16384x8192:bf16": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192,
                                    "num_warps": w} for w in (4, 8)],
-    # the H200 run6 picks at 4096x32768 and a second config each, for welford and lse1
+    # the H200 run6 picks at 4096x32768 and a second config each, for lse1 and ffma
     "softmax:4096x32768:bf16@h200": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                       "num_warps": 32},
                                      {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768,

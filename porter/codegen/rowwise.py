@@ -126,7 +126,7 @@ def _ssq_pairs(plan: RowPlan) -> dict[int, Node]:
 
 def _variance_pairs(plan: RowPlan) -> dict[int, Node]:
     """sum(x) reduction id -> sum((x - sum(x) / n)^2), n the row's length: layernorm's mean and
-    variance, which one reduction of shifted sums gives (`ONE_ROUND_VARIANCE`)."""
+    variance, which one reduction of shifted sums gives (the VAR1 branch)."""
     pairs: dict[int, Node] = {}
     n = plan.space[plan.dim] if plan.space else None
     for s in plan.main:
