@@ -26,6 +26,12 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
          (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
          single pass and the persistent kernel per row, in the looped kernels per chunk
+  fold2x ops with a scalar output (cross-entropy): the fold kernel launched twice (it is
+         idempotent), so t(fold2x) - t(base) is what the fold's launch costs
+  ticket the looped kernel folds in its last program (an atomic ticket counter that the last
+         program resets) instead of a second launch; prototype for NOTES item 38
+  nopdl  the fold kernel launched after the main kernel, not early (programmatic dependent
+         launch off, as PORTER_PDL=0 does)
 
     python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
         [--transforms base,tl_exp]
@@ -110,12 +116,44 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                        "BLOCK_TAIL": 1024, "num_warps": 4}],
     "rmsnorm:4096x32768:bf16@h200": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                       "num_warps": 32, "HOIST": True}],
+    # item 38: layernorm's looped kernel with VAR1 (one pass of shifted sums, then the output
+    # pass) beside the run7 picks, and rmsnorm's looped pick (the same passes) as the yardstick
+    "layernorm:4096x32768:bf16@looped": [
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32},
+        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": st,
+           "VAR1": True} for b, w, st in ((16384, 32, 1), (8192, 32, 1), (8192, 16, 2))],
+        # at most 32 registers, so two programs of 32 warps share an SM (50 without: one)
+        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True,
+           "maxnreg": 32} for b in (16384, 8192)]],
+    "rmsnorm:4096x32768:bf16@looped": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384,
+                                        "num_warps": 32}],
+    "layernorm:16384x8192:bf16@looped": [
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8, "VAR1": True},
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8},
+        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": w, "VAR1": True}
+          for w in (8, 16)],
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 16, "VAR1": True,
+         "maxnreg": 32}],
+    # item 38: the last round of rows (4096 = 31.03 x 132 SMs): the same picks at 30 and 32 rows
+    # per SM of the H200
+    **{f"{op}:{r}x32768:bf16@tail": [cfg] for r in (3960, 4224) for op, cfg in (
+        ("softmax", {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
+                     "num_stages": 3, "PROGRAMS_PER_SM": 1}),
+        ("layernorm", {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32,
+                       "VAR1": True}))},
+    # item 38: cross-entropy's pick at the same bytes in shorter and longer rows, and at the
+    # suite's other large shapes
+    **{f"cross_entropy:{s}:bf16@h200": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192,
+                                         "num_warps": 4, "num_stages": 2}]
+       for s in ("8192x16384", "2048x65536", "8192x32000", "4096x128256")},
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked")
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
+              "fold2x", "ticket", "nopdl")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -197,6 +235,65 @@ def one_round_lse(source: str) -> str:
     return _with_helper(source, _edit_kernels(source, edit), _LSE)
 
 
+_FOLD_LAUNCH = re.compile(r"\n(    fold = fold_config\(n_rows\)\n    (\w+)_post_kernel\[\(1,\)\]\("
+                          r"(?:\n        .*)*\n    \)\n)")
+
+
+def fold_twice(source: str) -> str:
+    """fold2x: the post (fold) kernel launched twice."""
+    m = _FOLD_LAUNCH.search(source)
+    if m is None:
+        return source
+    return source[:m.end()] + m.group(1) + source[m.end():]
+
+
+_TICKETS = """
+_TICKETS = {}  # device -> the looped kernel's int32 ticket counter (zero between launches)
+
+
+def _ticket(device):
+    if device not in _TICKETS:
+        _TICKETS[device] = torch.zeros(1, dtype=torch.int32, device=device)
+    return _TICKETS[device]
+
+"""
+
+
+def fold_in_last_program(source: str) -> str:
+    """ticket: the looped kernel's last program to finish folds the per-row values (the post
+    kernel's body, its loads through L2), then resets the counter; no second launch."""
+    m = _FOLD_LAUNCH.search(source)
+    if m is None:
+        return source
+    kname = m.group(2)
+    post_at = source.index(f"def {kname}_post_kernel(")
+    body_at = source.index("):\n", post_at) + 3
+    post = source[body_at:source.index("\n\n\n", body_at)].splitlines()
+    post = [ln.replace("BLOCK", "FOLD_BLOCK").replace("other=0.0)", 'other=0.0, cache_modifier=".cg")')
+            for ln in post if not ln.strip().startswith("#")]
+    tail = ["    # every program's per-row stores before its ticket; the last ticket folds",
+            "    tl.debug_barrier()",
+            '    ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")',
+            "    if ticket == tl.num_programs(0) - 1:",
+            *["    " + ln for ln in post],
+            "        tl.atomic_xchg(ticket_ptr, 0)"]
+    head = f"def {kname}_looped_kernel("
+    at = source.index(head)
+    sig_end = source.index("):\n", at)
+    body_end = source.index("\n\n\n", sig_end)
+    out = (source[:sig_end] + "    ticket_ptr,\n    FOLD_BLOCK: tl.constexpr,\n"
+           + source[sig_end:body_end] + "\n" + "\n".join(tail) + source[body_end:])
+    m = _FOLD_LAUNCH.search(out)
+    launch = "".join("    " + ln + "\n" for ln in m.group(1).splitlines())
+    out = out[:m.start()] + '\n    if strategy != "looped":\n' + launch + out[m.end():]
+    out = out.replace('    grid = triton.cdiv(n_rows, rows)\n',
+                      '    grid = triton.cdiv(n_rows, rows)\n    if strategy == "looped":\n'
+                      '        extra["ticket_ptr"] = _ticket(device)\n'
+                      '        extra["FOLD_BLOCK"] = fold_config(n_rows)["BLOCK"]\n', 1)
+    first = out.index("\ndef launch(")
+    return out[:first] + _TICKETS + out[first:]
+
+
 def hoist_loads(lines: list[str]) -> list[str]:
     """The porter's HOIST form (porter/codegen/rowwise.py), applied here to every kernel."""
     return hoist_reduction_free(lines)
@@ -232,6 +329,12 @@ def transform(source: str, which: str) -> str:
         return one_round_lse(source)
     if "masked" in todo:
         return source.replace(" | EVEN", "")
+    if "fold2x" in todo:
+        return fold_twice(source)
+    if "ticket" in todo:
+        return fold_in_last_program(source)
+    if "nopdl" in todo:
+        return source.replace("    pdl = _pdl(device)\n", "    pdl = False\n")
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):
@@ -278,7 +381,9 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
         for cfg in configs:
             cfg = {"num_stages": 1, "dtype": dname, **cfg}
             key = (f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]} b{cfg['BLOCK_N']}"
-                   + (" var1" if cfg.get("VAR1") else ""))
+                   + (" var1" if cfg.get("VAR1") else "")
+                   + (f" st{cfg['num_stages']}" if cfg["num_stages"] > 1 else "")
+                   + (f" r{cfg['maxnreg']}" if cfg.get("maxnreg") else ""))
             row = {"case": text, "variant": which, "config": cfg, "key": key}
             rows.append(row)
             try:

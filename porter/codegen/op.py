@@ -303,6 +303,10 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("HOIST", False))
     if name == "VAR1":
         return bool(config.get("VAR1", False))
+    if name == "PDL":
+        # the fold's programmatic dependent launch (sm_90+ at run time): the compile check
+        # builds without its two grid-dependency instructions, which take no registers
+        return False
     if name == "EVEN":  # as the rowwise launcher sets it
         return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
                                               int(ints["n_cols"]), config)
@@ -439,22 +443,24 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     var1 = ("VAR1",) if bodies.one_round_variance else ()
+    pdl = ("PDL",) if bodies.post else ()
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST") if bodies.single_hoisted
-                   else ("ROWS", "BLOCK_N", "EVEN", *var1), ("single_pass",),
+                   ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST", *pdl) if bodies.single_hoisted
+                   else ("ROWS", "BLOCK_N", "EVEN", *var1, *pdl), ("single_pass",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "EVEN"), ("looped",), tuple(args.launch_exprs)),
+                   ("ROWS", "BLOCK_N", "EVEN", *var1, *pdl), ("looped",),
+                   tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1), ("persistent",),
+                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1, *pdl), ("persistent",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1), ("two_block",),
+                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1, *pdl), ("two_block",),
                    tuple(args.launch_exprs)),
     ]
     if bodies.post:
-        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK",),
+        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK", "PDL"),
                                   ("*",), tuple(args.launch_exprs)))
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
     op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
