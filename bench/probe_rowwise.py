@@ -116,32 +116,15 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                        "BLOCK_TAIL": 1024, "num_warps": 4}],
     "rmsnorm:4096x32768:bf16@h200": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768,
                                       "num_warps": 32, "HOIST": True}],
-    # item 38: layernorm's looped kernel with VAR1 (one pass of shifted sums, then the output
-    # pass) beside the run7 picks, and rmsnorm's looped pick (the same passes) as the yardstick
-    "layernorm:4096x32768:bf16@looped": [
-        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
-        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32},
-        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": st,
-           "VAR1": True} for b, w, st in ((16384, 32, 1), (8192, 32, 1), (8192, 16, 2))],
-        # at most 32 registers, so two programs of 32 warps share an SM (50 without: one)
-        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True,
-           "maxnreg": 32} for b in (16384, 8192)]],
+    # (item 38's layernorm cases for a looped kernel with VAR1 ran at git 66cc9f7, the one
+    # commit whose looped kernel had it: results/h200-2026-11-24-probes/item38.log, pdl.log)
     "rmsnorm:4096x32768:bf16@looped": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384,
                                         "num_warps": 32}],
-    "layernorm:16384x8192:bf16@looped": [
-        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8, "VAR1": True},
-        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8},
-        *[{"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": w, "VAR1": True}
-          for w in (8, 16)],
-        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 16, "VAR1": True,
-         "maxnreg": 32}],
     # item 38: the last round of rows (4096 = 31.03 x 132 SMs): the same picks at 30 and 32 rows
     # per SM of the H200
-    **{f"{op}:{r}x32768:bf16@tail": [cfg] for r in (3960, 4224) for op, cfg in (
-        ("softmax", {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
-                     "num_stages": 3, "PROGRAMS_PER_SM": 1}),
-        ("layernorm", {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32,
-                       "VAR1": True}))},
+    **{f"softmax:{r}x32768:bf16@tail": [{"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768,
+                                         "num_warps": 32, "num_stages": 3, "PROGRAMS_PER_SM": 1}]
+       for r in (3960, 4224)},
     # item 38: cross-entropy's pick at the same bytes in shorter and longer rows, and at the
     # suite's other large shapes
     **{f"cross_entropy:{s}:bf16@h200": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192,

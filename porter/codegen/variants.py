@@ -208,8 +208,9 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                             "BLOCK_N": head, "BLOCK_TAIL": tail,
                                             "num_warps": w, "num_stages": 1})
         if op._mm.get("one_round_variance"):
-            # each config also with its mean and variance from one reduction of shifted sums
-            out = [v for c in out for v in (c, {**c, "VAR1": True})]
+            # each one-block config also with its mean and variance from one reduction
+            out = [v for c in out for v in ([c, {**c, "VAR1": True}]
+                                            if c["strategy"] != "looped" else [c])]
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:
