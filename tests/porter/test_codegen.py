@@ -255,7 +255,7 @@ def test_fold_launches_early_and_waits_for_the_main_grid() -> None:
         assert body[:2] == ["    if PDL:", "        tl.extra.cuda.gdc_launch_dependents()"]
     post = _kernel_body(src, "_cross_entropy_pdl_post_kernel")
     assert post[0] == "    if PDL:" and post[1].strip().startswith("tl.extra.cuda.gdc_wait()")
-    assert "launch_pdl=pdl," in src and "PDL=pdl," in src
+    assert '**({"launch_pdl": True} if pdl else {})' in src and "PDL=pdl," in src
     mod = load_generated_module(src, "cross_entropy_pdl_host", interpret=True)
     assert mod._pdl(torch.device("cpu")) is False
     # an op without a fold has no such launch
