@@ -88,15 +88,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="bytes moved per call (read plus write), in MiB")
     args = ap.parse_args(argv)
 
-    import hwmodels
+    from bench.sweep import local_gpu
     from harness import env_info
     from harness.timing import compare
-    from harness.timing import require_gpu
 
-    dev = require_gpu()
-    det = hwmodels.detect()
-    if det.model is None:
-        raise SystemExit("probe: the local GPU matches no hardware model in hwmodels/devices/")
+    dev, det = local_gpu("probe_copy_size")
     ceiling = det.model.measured_value("copy_bandwidth_gbps")
     if not ceiling:
         raise SystemExit(f"probe: {det.model.name} has no measured copy bandwidth to compare with")

@@ -47,22 +47,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    import hwmodels
     from bench.sweep import generated
+    from bench.sweep import local_gpu
     from harness import env_info
     from harness.timing import _host_head_start
     from harness.timing import flush_bytes
     from harness.timing import flush_llc
     from harness.timing import rep_orders
-    from harness.timing import require_gpu
     from porter.codegen import load_generated_module
     from porter.planner import op_cost
 
-    require_gpu()
-    hw = hwmodels.detect().model
-    if hw is None:
-        raise SystemExit("probe_flush: the local GPU matches no hardware model")
-    dev = torch.device("cuda")
+    dev, det = local_gpu("probe_flush")
+    hw = det.model
     shape = tuple(int(s) for s in args.shape.split("x"))
     dtype = torch.bfloat16
     config = json.loads(args.config)
@@ -114,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.cuda.synchronize()
 
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"device": hwmodels.detect().device_name, "versions": env_info.versions(),
+    meta = {"device": det.device_name, "versions": env_info.versions(),
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
             "op": args.op, "shape": list(shape), "config": config, "reps": args.reps,
             "bytes": nbytes,

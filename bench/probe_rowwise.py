@@ -65,6 +65,7 @@ from bench.sweep import DTYPES  # noqa: E402
 from bench.sweep import SWEEP_TOL  # noqa: E402
 from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
+from bench.sweep import local_gpu  # noqa: E402
 from bench.sweep import parse_case  # noqa: E402
 from porter.codegen.rowwise import hoist_reduction_free  # noqa: E402
 
@@ -302,22 +303,22 @@ def _edit_kernels(source: str, edit: Callable[[str, str], str]) -> str:
     return "".join(out)
 
 
+# transforms that rewrite the whole module (the others edit each kernel body, below)
+_WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
+    "tl_exp": lambda src: _EXP2.sub(r"tl.exp(\1)", src),
+    "ffma": exp_as_ffma,
+    "lse1": one_round_lse,
+    "masked": lambda src: src.replace(" | EVEN", ""),
+    "fold2x": fold_twice,
+    "ticket": fold_in_last_program,
+    "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
+}
+
+
 def transform(source: str, which: str) -> str:
+    if which in _WHOLE_SOURCE:
+        return _WHOLE_SOURCE[which](source)
     todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
-    if "tl_exp" in todo:
-        return _EXP2.sub(r"tl.exp(\1)", source)
-    if "ffma" in todo:
-        return exp_as_ffma(source)
-    if "lse1" in todo:
-        return one_round_lse(source)
-    if "masked" in todo:
-        return source.replace(" | EVEN", "")
-    if "fold2x" in todo:
-        return fold_twice(source)
-    if "ticket" in todo:
-        return fold_in_last_program(source)
-    if "nopdl" in todo:
-        return source.replace("    pdl = _pdl(device)\n", "    pdl = False\n")
 
     def edit(name: str, body: str) -> str:
         if name.endswith("_post_kernel"):
@@ -437,14 +438,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    import hwmodels
     from harness import env_info
-    from harness.timing import require_gpu
 
-    require_gpu()
-    det = hwmodels.detect()
-    if det.model is None:
-        raise SystemExit("probe: the local GPU matches no hardware model in hwmodels/devices/")
+    _, det = local_gpu("probe_rowwise")
     args.out.mkdir(parents=True, exist_ok=True)
     meta = {"meta": True, "device": det.device_name, "hw_model": det.model.name,
             "versions": env_info.versions(), "reps": args.reps,

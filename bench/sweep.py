@@ -71,6 +71,19 @@ def generated(op_name: str) -> tuple[Any, Any]:
     return spec, _generate(spec.reference, tuple(example), op_name)
 
 
+def local_gpu(script: str) -> tuple[torch.device, Any]:
+    """(device, hwmodels detection) of the GPU this script times on; exits naming `script`
+    where no hardware model in hwmodels/devices/ matches it."""
+    import hwmodels
+    from harness.timing import require_gpu
+
+    dev = require_gpu()
+    det = hwmodels.detect()
+    if det.model is None:
+        raise SystemExit(f"{script}: the local GPU matches no hardware model in hwmodels/devices/")
+    return dev, det
+
+
 def configs_for(gen_op: Any, spec: Any, hw: Any, shape: tuple[int, ...], dtype: torch.dtype,
                 where: dict[str, str], limit: int | None) -> list[dict[str, Any]]:
     meta = spec.make_inputs(shape, dtype, torch.device("meta"), torch.Generator().manual_seed(0))
@@ -236,18 +249,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
 
-    import hwmodels
-    from harness.timing import require_gpu
-
-    require_gpu()
-    hw = hwmodels.detect().model
-    if hw is None:
-        raise SystemExit("sweep: the local GPU matches no hardware model in hwmodels/devices/")
+    _, det = local_gpu("sweep")
+    hw = det.model
     args.out.mkdir(parents=True, exist_ok=True)
     where = parse_where(args.where)
     from harness import env_info
 
-    meta = {"meta": True, "device": hwmodels.detect().device_name, "hw_model": hw.name,
+    meta = {"meta": True, "device": det.device_name, "hw_model": hw.name,
             "versions": env_info.versions(),
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
             "reps": args.reps, "timing": "graph" if args.graph else "events"}
