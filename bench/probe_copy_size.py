@@ -12,6 +12,10 @@ A fixed cost of f us caps a transfer of b bytes at b / (b / BW + f): the % of th
 kernel with that fixed cost can pass at that size.
 
     python bench/probe_copy_size.py --out /tmp/copy [--reps 50] [--sizes-mb 16,32,64,128,...]
+        [--read]
+
+--read adds kernels that only read as many bytes (one float written per program; torch.sum, a
+flat Triton read, and cross-entropy's row loop without its exp), for ops whose output is tiny.
 
 Writes <out>/copy_size.jsonl (one line per provider and size, then one per fit) and prints a
 table.
@@ -53,6 +57,44 @@ def _copy_persistent_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
         tl.store(dst_ptr + offs, tl.load(src_ptr + offs, mask=m), mask=m)
 
 
+@triton.jit
+def _read_kernel(src_ptr, part_ptr, n, BLOCK: tl.constexpr):
+    # one partial sum per program: a read stream that writes almost nothing
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(src_ptr + offs, mask=offs < n, other=0.0).to(tl.float32)
+    tl.store(part_ptr + tl.program_id(0), tl.sum(x, axis=0))
+
+
+@triton.jit
+def _read_rows_kernel(src_ptr, part_ptr, n_cols, BLOCK: tl.constexpr, STAGES: tl.constexpr):
+    # cross-entropy's loop without its exp: one row per program, read in BLOCK chunks
+    row = src_ptr + tl.program_id(0).to(tl.int64) * n_cols
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in tl.range(0, n_cols, BLOCK, num_stages=STAGES):
+        acc += tl.load(row + start + tl.arange(0, BLOCK)).to(tl.float32)
+    tl.store(part_ptr + tl.program_id(0), tl.sum(acc, axis=0))
+
+
+def read_providers(n_bytes: int, device: torch.device) -> dict[str, Any]:
+    """name -> callable reading n_bytes (and writing one float per program): the ceiling of an
+    op whose output is tiny, such as cross-entropy's loss."""
+    n = n_bytes // 2  # bf16 elements
+    src = torch.randn(n, device=device, dtype=torch.bfloat16)
+    parts = torch.empty(triton.cdiv(n, 1024), device=device, dtype=torch.float32)
+    out: dict[str, Any] = {"read torch.sum": lambda: torch.sum(src, dtype=torch.float32)}
+    for block, warps in ((4096, 4), (8192, 8), (16384, 16)):
+        out[f"read b{block} w{warps}"] = (
+            lambda b=block, w=warps: _read_kernel[(triton.cdiv(n, b),)](src, parts, n, BLOCK=b,
+                                                                         num_warps=w))
+    cols = 32768
+    if n % cols == 0:
+        for block, warps, stages in ((8192, 4, 2), (8192, 8, 2), (4096, 4, 3)):
+            out[f"read rows b{block} w{warps} st{stages}"] = (
+                lambda b=block, w=warps, st=stages: _read_rows_kernel[(n // cols,)](
+                    src, parts, cols, BLOCK=b, STAGES=st, num_warps=w))
+    return out
+
+
 def providers(n_bytes: int, device: torch.device) -> dict[str, Any]:
     """name -> callable copying n_bytes / 2 bytes (so n_bytes move: read plus write)."""
     n = n_bytes // 2 // 2  # bf16 elements
@@ -86,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--sizes-mb", default=",".join(map(str, SIZES_MB)),
                     help="bytes moved per call (read plus write), in MiB")
+    ap.add_argument("--read", action="store_true",
+                    help="also time kernels that only read the same number of bytes")
     args = ap.parse_args(argv)
 
     from bench.sweep import local_gpu
@@ -104,10 +148,12 @@ def main(argv: list[str] | None = None) -> int:
     times: dict[str, list[tuple[float, float]]] = {}
     with (args.out / "copy_size.jsonl").open("a") as sink:
         sink.write(json.dumps(meta) + "\n")
-        print(f"{'MiB':>6}  {'provider':<24}{'us':>8}{'% ceil':>8}")
+        print(f"{'MiB':>6}  {'provider':<28}{'us':>8}{'% ceil':>8}")
         for size_mb in (int(s) for s in args.sizes_mb.split(",")):
             n_bytes = size_mb * MB
             provs = providers(n_bytes, dev)
+            if args.read:
+                provs |= read_providers(n_bytes, dev)
             cmp = compare(provs, lambda: (), hw=det.model, reps=args.reps, warmup=3, graph=False)
             for name, t in cmp.timings.items():
                 us = t.median_ms * 1e3
@@ -116,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 sink.write(json.dumps({"provider": name, "mib": size_mb, "median_us": us,
                                        "p20_us": t.p20_ms * 1e3, "p80_us": t.p80_ms * 1e3,
                                        "pct_ceiling": pct}) + "\n")
-                print(f"{size_mb:>6}  {name:<24}{us:>8.1f}{pct:>8.1f}", flush=True)
+                print(f"{size_mb:>6}  {name:<28}{us:>8.1f}{pct:>8.1f}", flush=True)
             sink.flush()
             del provs
             torch.cuda.empty_cache()
@@ -130,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
             cap64 = 100 * 64 * MB / (64 * MB / (gbps * 1e3) + fixed) / 1e3 / ceiling
             sink.write(json.dumps({"fit": name, "fixed_us": fixed, "gbps": gbps,
                                    "pct_ceiling_at_64mib": cap64}) + "\n")
-            print(f"  {name:<24} fixed {fixed:5.2f} us, {gbps:6.0f} GB/s "
+            print(f"  {name:<28} fixed {fixed:5.2f} us, {gbps:6.0f} GB/s "
                   f"({100 * gbps / ceiling:.1f}% of the ceiling); at 64 MiB: {cap64:.1f}%")
     return 0
 
