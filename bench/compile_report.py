@@ -70,6 +70,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --sass: write each kernel's full SASS listing here")
     ap.add_argument("--transform", default="base",
                     help="a source transform of bench/probe_rowwise.py applied first (e.g. lse1)")
+    ap.add_argument("--extra-args", default="{}",
+                    help="JSON: arguments a --transform adds to its kernel, a string being a "
+                         "runtime type (\"*fp32\", \"i32\") and a number a constexpr value, "
+                         "e.g. '{\"LANES\": 1024}'")
     args = ap.parse_args(argv)
 
     import hwmodels
@@ -93,7 +97,11 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"--transform {args.transform} changes nothing in {args.op}")
             source = changed
         path.write_text(source)
+        added = json.loads(args.extra_args)
         for ref in gen_op.kernel_refs(inputs, config, source_path=str(path)):
+            for name, value in added.items():
+                if name in ref.fn.arg_names:  # only the kernels that take it
+                    (ref.signature if isinstance(value, str) else ref.constexprs)[name] = value
             backend = targets.for_device(hw)
             # the compile options this backend knows (maxnreg, waves_per_eu, ...) from the config
             extra = {k: config[k] for k in backend.known_knobs if k in config}

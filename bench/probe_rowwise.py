@@ -139,19 +139,32 @@ CASES: dict[str, list[dict[str, Any]]] = {
          "PROGRAMS_PER_SM": 1, "VAR1": True},
         *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
           for b, w, extra in ((16384, 32, {"maxnreg": 32}), (16384, 32, {}), (8192, 16, {}),
-                              (4096, 8, {}), (4096, 16, {"maxnreg": 32})))],
+                              (4096, 8, {}), (4096, 16, {"maxnreg": 32}),
+                              # with stages, for piped (the chunk loop pipelined)
+                              (16384, 32, {"maxnreg": 32, "num_stages": 2}),
+                              (8192, 16, {"num_stages": 2}), (4096, 8, {"num_stages": 3})))],
+    "rmsnorm:4096x32768:bf16@item39": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
+        for b, w, extra in ((16384, 32, {}), (16384, 32, {"maxnreg": 32, "num_stages": 2}),
+                            (8192, 16, {"num_stages": 2}), (8192, 32, {"maxnreg": 32, "num_stages": 2}),
+                            (4096, 8, {"num_stages": 3}))],
+    "cross_entropy:4096x32768:bf16@item39": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": st}
+        for b, w, st in ((8192, 4, 2), (8192, 4, 3), (4096, 4, 3), (8192, 8, 2), (16384, 8, 2))],
     "softmax:4096x32768:bf16@item39": [
         {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": s,
          "PROGRAMS_PER_SM": 1} for s in (2, 3)]
-    + [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": s}
-       for b, w, s in ((8192, 16, 1), (4096, 8, 2))],
+    + [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": s, **extra}
+       for b, w, s, extra in ((8192, 16, 1, {}), (4096, 8, 2, {}), (8192, 16, 2, {}),
+                              (16384, 32, 2, {"maxnreg": 32}), (4096, 8, 3, {}))],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
-              "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "split2", "split4")
+              "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "split2", "split4",
+              "lanes", "diag_noexp", "piped")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -430,6 +443,80 @@ def split_rows(source: str, parts: int) -> str:
     return out[:first] + _SPLIT_STATE + out[first:]
 
 
+def online_per_lane(source: str, exp: bool = True) -> str:
+    """lanes: the looped online softmax with a running (max, sum) per lane position instead of
+    two block-wide reductions per chunk. The chunk [1, BLOCK_N] is viewed as [BLOCK_N / LANES,
+    LANES], LANES = threads x elements per 16-byte load, so that its axis 0 is the repetitions
+    each thread holds and the chunk's max and sum along it stay within the thread; the lanes
+    are combined once per row. (diag_noexp: the same with exp(x - m) replaced by x - m: a wrong
+    result, timed unchecked to show what the exp costs.)"""
+
+    def edit(name: str, body: str) -> str:
+        o = _ONLINE.search(body) if name.endswith("_looped_kernel") else None
+        if o is None or "red3 = s_row" not in body:
+            return body
+        ind = o.group(1)
+        term = (f"tl.exp2(g2 * {_LOG2E_} - m_safe[None, :] * {_LOG2E_})" if exp
+                else "g2 - m_safe[None, :]")
+        step = (f"\n{ind}g2 = tl.reshape(g, [BLOCK_N // LANES, LANES])\n"
+                f"{ind}m_new = tl.maximum(m_lane, tl.max(g2, axis=0))\n"
+                f"{ind}m_safe = tl.where(m_new > float('-inf'), m_new, 0.0)\n"
+                f"{ind}p = {term}\n"
+                f"{ind}s_lane = s_lane * tl.exp2((m_lane - m_safe) * {_LOG2E_}) "
+                "+ tl.sum(p, axis=0)\n"
+                f"{ind}m_lane = m_new\n")
+        body = body[:o.start()] + step + body[o.end():]
+        body = body.replace(
+            "    m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)\n"
+            "    s_row = tl.zeros([ROWS, 1], tl.float32)\n",
+            "    m_lane = tl.full([LANES], float('-inf'), tl.float32)\n"
+            "    s_lane = tl.zeros([LANES], tl.float32)\n", 1)
+        return body.replace(
+            "    red2 = m_row\n    red3 = s_row\n",
+            "    m_all = tl.max(m_lane, axis=0)\n"
+            "    m_ok = tl.where(m_all > float('-inf'), m_all, 0.0)\n"
+            f"    s_all = tl.sum(s_lane * tl.exp2((m_lane - m_ok) * {_LOG2E_}), axis=0)\n"
+            "    red2 = m_all + tl.zeros([ROWS, 1], tl.float32)\n"
+            "    red3 = s_all + tl.zeros([ROWS, 1], tl.float32)\n", 1)
+
+    out = _edit_kernels(source, edit)
+    if out == source:
+        return source
+    head = out.index("_looped_kernel(")
+    sig_end = out.index("):\n", head)
+    out = out[:sig_end] + "    LANES: tl.constexpr,\n" + out[sig_end:]
+    return out.replace(
+        "    grid = triton.cdiv(n_rows, rows)\n",
+        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
+        "        if rows != 1:\n"
+        "            raise ValueError(\"lanes: one row per program\")\n"
+        "        extra[\"LANES\"] = min(config[\"BLOCK_N\"], config[\"num_warps\"] * 32 * max(\n"
+        "            1, 16 // inputs[0].element_size()))\n", 1)
+
+
+def pipelined_loops(source: str) -> str:
+    """piped: the looped kernels' chunk loops as tl.range(..., num_stages=LOOP_STAGES), the
+    config's num_stages: Triton 3.6 pipelines loads that feed no dot only in a loop that names
+    its stages, so a plain range loop loads each chunk only when it reaches it."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith("_looped_kernel"):
+            return body
+        return re.sub(r"for start in range\((.*), BLOCK_N\):",
+                      r"for start in tl.range(\1, BLOCK_N, num_stages=LOOP_STAGES):", body)
+
+    out = _edit_kernels(source, edit)
+    if out == source:
+        return source
+    head = out.index("_looped_kernel(")
+    sig_end = out.index("):\n", head)
+    out = out[:sig_end] + "    LOOP_STAGES: tl.constexpr,\n" + out[sig_end:]
+    return out.replace(
+        "    grid = triton.cdiv(n_rows, rows)\n",
+        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
+        "        extra[\"LOOP_STAGES\"] = config.get(\"num_stages\", 1)\n", 1)
+
+
 def hoist_loads(lines: list[str]) -> list[str]:
     """The porter's HOIST form (porter/codegen/rowwise.py), applied here to every kernel."""
     return hoist_reduction_free(lines)
@@ -468,10 +555,17 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "wbloop": weights_in_row_loop,
     "split2": lambda src: split_rows(src, 2),
     "split4": lambda src: split_rows(src, 4),
+    "lanes": online_per_lane,
+    "diag_noexp": lambda src: online_per_lane(src, exp=False),
+    "piped": pipelined_loops,
 }
 
 
 def transform(source: str, which: str) -> str:
+    if "+" in which:  # several transforms, applied left to right
+        for one in which.split("+"):
+            source = transform(source, one)
+        return source
     if which in _WHOLE_SOURCE:
         return _WHOLE_SOURCE[which](source)
     todo = {"hoist", "i32", "cs", "ef"} if which == "all" else {which} - {"base"}
@@ -547,7 +641,9 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
                 row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
                 continue
             row["max_rel_err"] = err
-            if err > SWEEP_TOL[dname]:
+            if "diag_" in which:  # a diagnostic: wrong by design, timed to see what it drops
+                row["unchecked"] = True
+            elif err > SWEEP_TOL[dname]:
                 row["error"] = f"wrong: max error {err:.2e}"
                 continue
             providers[key] = (lambda *a, _m=module, _c=cfg: _m.launch(*a, config=_c))
