@@ -163,8 +163,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                       "num_warps": 2}],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
-              "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "split2", "split4",
-              "lanes", "diag_noexp", "piped")
+              "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "diag_noexp",
+              "piped", "lhoist")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -372,126 +372,37 @@ def weights_in_row_loop(source: str) -> str:
     return _edit_kernels(source, edit)
 
 
-_SPLIT_STATE = """
-_SPLIT_STATE = {}  # device -> (partials, int32 per-row tickets: zero between launches)
+def no_exp(source: str) -> str:
+    """diag_noexp: the looped online softmax's per-element exp(x - m) replaced by x - m (the
+    emitter's lane form, item 39): a wrong result, timed unchecked to show what the exp costs."""
+    return source.replace("p = tl.exp2(g * 1.4426950408889634 - m_shift[:, None, :])",
+                          "p = g - m_shift[:, None, :]")
 
 
-def _split_state(device, n_rows, parts):
-    have = _SPLIT_STATE.get(device)
-    if have is None or have[1].numel() < n_rows:
-        _SPLIT_STATE[device] = (torch.empty(2 * parts * max(n_rows, 1), dtype=torch.float32,
-                                            device=device),
-                                torch.zeros(max(n_rows, 1), dtype=torch.int32, device=device))
-    return _SPLIT_STATE[device]
-
-"""
-_LOG2E_ = "1.4426950408889634"
-
-
-def split_rows(source: str, parts: int) -> str:
-    """splitN: the looped online-softmax kernel with each row split over N programs. Each
-    writes its part's (max, sum of exp) and takes the row's ticket (acq_rel, one counter per
-    row, so no two rows contend); the program that takes the last ticket merges the N parts
-    in part order (the same result whichever came last), finishes the row and resets the
-    ticket."""
-    head = source.find("def _cross_entropy_looped_kernel(")
-    if head < 0:
-        return source
-    sig_end = source.index("):\n", head)
-    body_end = source.index("\n\n\n", sig_end)
-    body = source[sig_end + 3:body_end]
-    body = body.replace("    pid = tl.program_id(0)\n",
-                        "    pid = tl.program_id(0) // SPLIT\n    part = tl.program_id(0) % SPLIT\n"
-                        "    part_n = tl.cdiv(tl.cdiv(n_cols, SPLIT), BLOCK_N) * BLOCK_N\n", 1)
-    body = body.replace("    for start in range(0, n_cols, BLOCK_N):\n",
-                        "    for start in range(part * part_n, tl.minimum((part + 1) * part_n, "
-                        "n_cols), BLOCK_N):\n", 1)
-    at = body.index("    red3 = s_row\n") + len("    red3 = s_row\n")
-    merge = (
-        "    slot = ws_ptr + rows * (2 * SPLIT)\n"
-        "    tl.store(slot + 2 * part, m_row, mask=row_mask)\n"
-        "    tl.store(slot + 2 * part + 1, s_row, mask=row_mask)\n"
-        "    tl.debug_barrier()  # every thread's part stored before the ticket\n"
-        '    ticket = tl.atomic_add(tk_ptr + pid, 1, sem="acq_rel")\n'
-        "    if ticket == SPLIT - 1:\n"
-        "        m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)\n"
-        "        s_row = tl.zeros([ROWS, 1], tl.float32)\n"
-        "        for q in tl.static_range(SPLIT):\n"
-        "            mq = tl.load(slot + 2 * q, mask=row_mask, other=float('-inf'), "
-        "cache_modifier=\".cg\")\n"
-        "            sq = tl.load(slot + 2 * q + 1, mask=row_mask, other=0.0, "
-        "cache_modifier=\".cg\")\n"
-        "            m_new = tl.maximum(m_row, mq)\n"
-        "            safe = m_new > float('-inf')\n"
-        f"            s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * {_LOG2E_}) "
-        f"+ sq * tl.exp2((mq - m_new) * {_LOG2E_}), 0.0)\n"
-        "            m_row = m_new\n"
-        "        red2 = m_row\n"
-        "        red3 = s_row\n"
-        "        tl.atomic_xchg(tk_ptr + pid, 0)  # ready for the next launch\n")
-    rest = "".join("    " + ln + "\n" if ln else "\n" for ln in body[at:].split("\n"))
-    body = body[:at] + merge + rest.rstrip("\n")
-    out = (source[:sig_end] + "    ws_ptr,\n    tk_ptr,\n    SPLIT: tl.constexpr,\n"
-           + source[sig_end:sig_end + 3] + body + source[body_end:])
-    out = out.replace(
-        "    grid = triton.cdiv(n_rows, rows)\n",
-        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
-        f"        grid = {parts} * n_rows\n"
-        f"        extra[\"ws_ptr\"], extra[\"tk_ptr\"] = _split_state(device, n_rows, {parts})\n"
-        f"        extra[\"SPLIT\"] = {parts}\n", 1)
-    first = out.index("\ndef launch(")
-    return out[:first] + _SPLIT_STATE + out[first:]
-
-
-def online_per_lane(source: str, exp: bool = True) -> str:
-    """lanes: the looped online softmax with a running (max, sum) per lane position instead of
-    two block-wide reductions per chunk. The chunk [1, BLOCK_N] is viewed as [BLOCK_N / LANES,
-    LANES], LANES = threads x elements per 16-byte load, so that its axis 0 is the repetitions
-    each thread holds and the chunk's max and sum along it stay within the thread; the lanes
-    are combined once per row. (diag_noexp: the same with exp(x - m) replaced by x - m: a wrong
-    result, timed unchecked to show what the exp costs.)"""
+def looped_hoist(source: str) -> str:
+    """lhoist: the looped kernel's statements after its loops that need no reduction (the
+    cross-entropy target and the gathered logit: two dependent loads) moved before the loops,
+    so that their latency overlaps the row's stream instead of ending each program."""
+    from porter.codegen.rowwise import _assignments
+    from porter.codegen.rowwise import split_invariant
 
     def edit(name: str, body: str) -> str:
-        o = _ONLINE.search(body) if name.endswith("_looped_kernel") else None
-        if o is None or "red3 = s_row" not in body:
+        if not name.endswith("_looped_kernel"):
             return body
-        ind = o.group(1)
-        term = (f"tl.exp2(g2 * {_LOG2E_} - m_safe[None, :] * {_LOG2E_})" if exp
-                else "g2 - m_safe[None, :]")
-        step = (f"\n{ind}g2 = tl.reshape(g, [BLOCK_N // LANES, LANES])\n"
-                f"{ind}m_new = tl.maximum(m_lane, tl.max(g2, axis=0))\n"
-                f"{ind}m_safe = tl.where(m_new > float('-inf'), m_new, 0.0)\n"
-                f"{ind}p = {term}\n"
-                f"{ind}s_lane = s_lane * tl.exp2((m_lane - m_safe) * {_LOG2E_}) "
-                "+ tl.sum(p, axis=0)\n"
-                f"{ind}m_lane = m_new\n")
-        body = body[:o.start()] + step + body[o.end():]
-        body = body.replace(
-            "    m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)\n"
-            "    s_row = tl.zeros([ROWS, 1], tl.float32)\n",
-            "    m_lane = tl.full([LANES], float('-inf'), tl.float32)\n"
-            "    s_lane = tl.zeros([LANES], tl.float32)\n", 1)
-        return body.replace(
-            "    red2 = m_row\n    red3 = s_row\n",
-            "    m_all = tl.max(m_lane, axis=0)\n"
-            "    m_ok = tl.where(m_all > float('-inf'), m_all, 0.0)\n"
-            f"    s_all = tl.sum(s_lane * tl.exp2((m_lane - m_ok) * {_LOG2E_}), axis=0)\n"
-            "    red2 = m_all + tl.zeros([ROWS, 1], tl.float32)\n"
-            "    red3 = s_all + tl.zeros([ROWS, 1], tl.float32)\n", 1)
+        lines = body.split("\n")
+        prelude = max(i for i, ln in enumerate(lines)
+                      if re.match(r"^    (pid|rows|row_mask|r\d+) = ", ln)) + 1
+        last_loop = max(i for i, ln in enumerate(lines) if ln.startswith("    for start in"))
+        tail = next((i for i in range(last_loop + 1, len(lines))
+                     if lines[i].startswith("    ") and not lines[i].startswith("     ")),
+                    len(lines))
+        middle = lines[prelude:tail]
+        movable, rest = split_invariant(lines[tail:], set(_assignments(middle)))
+        if not any("tl.load(" in ln for ln in movable):
+            return body
+        return "\n".join(lines[:prelude] + movable + middle + rest)
 
-    out = _edit_kernels(source, edit)
-    if out == source:
-        return source
-    head = out.index("_looped_kernel(")
-    sig_end = out.index("):\n", head)
-    out = out[:sig_end] + "    LANES: tl.constexpr,\n" + out[sig_end:]
-    return out.replace(
-        "    grid = triton.cdiv(n_rows, rows)\n",
-        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
-        "        if rows != 1:\n"
-        "            raise ValueError(\"lanes: one row per program\")\n"
-        "        extra[\"LANES\"] = min(config[\"BLOCK_N\"], config[\"num_warps\"] * 32 * max(\n"
-        "            1, 16 // inputs[0].element_size()))\n", 1)
+    return _edit_kernels(source, edit)
 
 
 def pipelined_loops(source: str) -> str:
@@ -553,11 +464,9 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
     "lnvar1c": looped_chunk_variance,
     "wbloop": weights_in_row_loop,
-    "split2": lambda src: split_rows(src, 2),
-    "split4": lambda src: split_rows(src, 4),
-    "lanes": online_per_lane,
-    "diag_noexp": lambda src: online_per_lane(src, exp=False),
+    "diag_noexp": no_exp,
     "piped": pipelined_loops,
+    "lhoist": looped_hoist,
 }
 
 

@@ -46,6 +46,13 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
             "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 2}
 
 
+def looped_lanes(block_n, num_warps, elem_bytes, warp_size=32):
+    """Lane positions of the looped online softmax's running (max, sum): the elements one pass
+    of the program's threads loads, 16 bytes each, so that each position belongs to one thread
+    and the per-chunk max and sum stay inside it (bench/NOTES.md item 39)."""
+    return min(block_n, num_warps * warp_size * max(1, 16 // elem_bytes))
+
+
 def one_block_sizes(strategy, n_cols):
     """Size knobs of a strategy that holds the whole row, for rows of n_cols: one block of the
     next power of two, or for two_block a head block (the largest power of two below the row)

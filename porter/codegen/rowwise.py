@@ -24,6 +24,8 @@ from porter.codegen.ir import Node
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import unflattens
 
+LOG2E = "1.4426950408889634"  # exp(x) = exp2(x * log2 e)
+
 IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 IDENTITY_VALUE = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
 COMBINE = {"sum": "{a} + {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
@@ -397,24 +399,30 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         if r.id in pairs:
             s = pairs[r.id]
             online.append((r.id, s.id))
-            # Per chunk: the chunk's max, then one exp per element against the running max
-            # (the running sum is rescaled once per row and chunk, not per element).
-            em.emit("m_row = tl.full([ROWS, 1], float('-inf'), tl.float32)")
-            em.emit("s_row = tl.zeros([ROWS, 1], tl.float32)")
+            # A running (max, sum of exp) per lane position, not per row: the chunk [ROWS,
+            # BLOCK_N] is viewed as [ROWS, BLOCK_N / LANES, LANES], LANES = threads x the
+            # elements of one 16-byte load, so that axis 1 holds the repetitions each thread
+            # owns and the chunk's max and sum along it stay in the thread. No block-wide
+            # reduction (and barrier) per chunk; the lanes combine once per row. The exps are
+            # exp2(g * log2 e - m * log2 e), one FFMA each (bench/NOTES.md item 39).
+            em.emit("m_lane = tl.full([ROWS, LANES], float('-inf'), tl.float32)")
+            em.emit("s_lane = tl.zeros([ROWS, LANES], tl.float32)")
             open_loop()
             gv = em.eval(r.args[0], full)
-            em.emit(f"g = {_lanes_as_identity(em, gv, 'max')}")
-            em.emit("m_new = tl.maximum(m_row, tl.max(g, axis=1)[:, None])")
-            # Rows that have seen only padding keep m = -inf; exp(-inf - -inf) would be NaN.
-            em.emit("safe = m_new > float('-inf')")
-            exp = em.fn("exp")  # the emitter's exp (the .ftz exp2 on NVIDIA)
-            em.emit(f"p = tl.where(mask & safe, {exp.format('g - m_new')}, 0.0)")
-            em.emit(f"s_row = tl.where(safe, s_row * {exp.format('m_row - m_new')}, 0.0) "
-                    "+ tl.sum(p, axis=1)[:, None]")
-            em.emit("m_row = m_new")
+            em.emit(f"g = tl.reshape({_lanes_as_identity(em, gv, 'max')}, "
+                    "[ROWS, BLOCK_N // LANES, LANES])")
+            em.emit("m_new = tl.maximum(m_lane, tl.max(g, axis=1))")
+            # a lane that has seen only padding (-inf) is shifted by 0: -inf - -inf is NaN
+            em.emit(f"m_shift = tl.where(m_new > float('-inf'), m_new, 0.0) * {LOG2E}")
+            em.emit(f"p = tl.exp2(g * {LOG2E} - m_shift[:, None, :])")
+            em.emit(f"s_lane = s_lane * tl.exp2(m_lane * {LOG2E} - m_shift) + tl.sum(p, axis=1)")
+            em.emit("m_lane = m_new")
             close_loop()
-            em.reduced[r.id] = em.tmp("m_row", "red")
-            em.reduced[s.id] = em.tmp("s_row", "red")
+            m_row = em.tmp("tl.max(m_lane, axis=1)[:, None]", "red")
+            shift = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}", "shift")
+            em.reduced[r.id] = m_row
+            em.reduced[s.id] = em.tmp(
+                f"tl.sum(s_lane * tl.exp2(m_lane * {LOG2E} - {shift}), axis=1)[:, None]", "red")
             continue
         em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
         open_loop()

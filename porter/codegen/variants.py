@@ -16,6 +16,9 @@ Pruning rules (each names the limit it enforces):
   blocks, beside each single-pass tile (same rows and warps).
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
   targets) come also with those loads first; which order wins depends on the shape.
+- LANES: looped configs of an online softmax (softmax, cross-entropy) name the lane positions
+  of their running max and sum: threads x the elements of one 16-byte load, with the target's
+  warp width (64 on AMD), so that each position stays in one thread.
 - VAR1: one-block configs of a kernel with a mean and a variance (layernorm) come also with
   both from one reduction of shifted sums; faster at width 32768, slower at 4096-5120 on the
   H200 (bench/NOTES.md items 36-37).
@@ -114,6 +117,7 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
         cfg = heuristics.rowwise_default(sizes["n_rows"], sizes["n_cols"], eb,
                                          op._mm.get("last_dim", True), warp, max_threads,
                                          full_output="full" in op.plan.out_kind)
+        _add_lanes(cfg, op, eb, warp)
     else:
         cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
     cfg["dtype"] = _DT.get(dt, str(dt))
@@ -122,6 +126,13 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
         if op.family == "matmul_epilogue":
             cfg["matrix_instr_nonkdim"] = 16
     return cfg
+
+
+def _add_lanes(cfg: dict[str, Any], op: GeneratedOp, eb: int, warp: int) -> None:
+    """A looped config of an op with an online softmax gets its LANES for this warp width (the
+    launcher's own default assumes 32-wide warps)."""
+    if cfg["strategy"] == "looped" and op._mm.get("online"):
+        cfg["LANES"] = heuristics.looped_lanes(cfg["BLOCK_N"], cfg["num_warps"], eb, warp)
 
 
 def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
@@ -191,6 +202,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                         for st in ((1,) if strategy == "single_pass" else (1, 2)):
                             out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
                                         "num_warps": w, "num_stages": st})
+                            _add_lanes(out[-1], op, eb, warp)
                         if strategy == "single_pass" and op._mm.get("hoist"):
                             out.append({**out[-1], "HOIST": True})
                         if strategy == "single_pass":

@@ -23,8 +23,9 @@ def test_lse1_pairs_max_and_sum_in_every_softmax_kernel() -> None:
     for op in ("softmax", "cross_entropy"):
         _, gen_op = generated(op)
         src = transform(gen_op.triton_module_source(), "lse1")
-        # softmax: single pass, persistent, looped; cross-entropy: the same three kernels
-        assert src.count("_probe_lse)") == 3, op
+        # softmax and cross-entropy: the single pass and the persistent kernel (the looped
+        # kernel's online step runs per lane position since item 39; lse1 leaves it alone)
+        assert src.count("_probe_lse)") == 2, op
         for cfg in ({"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 128, "num_warps": 1},
                     {"strategy": "looped", "ROWS": 1, "BLOCK_N": 32, "num_warps": 1},
                     {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 128, "num_warps": 1}):
@@ -50,3 +51,50 @@ def test_masked_keeps_every_mask_and_stays_right() -> None:
     for cfg in ({"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 64, "num_warps": 1},
                 {"strategy": "looped", "ROWS": 1, "BLOCK_N": 32, "num_warps": 1}):
         _run("softmax", src, "probe_masked", (4, 64), cfg)
+
+
+def test_diag_noexp_drops_the_exp_and_is_wrong() -> None:
+    _, gen_op = generated("cross_entropy")
+    base = gen_op.triton_module_source()
+    src = transform(base, "diag_noexp")
+    assert src != base and "p = g - m_shift[:, None, :]" in src
+    try:
+        _run("cross_entropy", src, "probe_noexp", (5, 70),
+             {"strategy": "looped", "ROWS": 1, "BLOCK_N": 32, "num_warps": 1})
+    except AssertionError:
+        return
+    raise AssertionError("diag_noexp computed the loss right: it does not drop the exp")
+
+
+def test_piped_and_lnvar1c_stay_right() -> None:
+    for op, which in (("softmax", "piped"), ("cross_entropy", "piped"),
+                      ("layernorm", "lnvar1c"), ("layernorm", "lnvar1c+piped")):
+        _, gen_op = generated(op)
+        base = gen_op.triton_module_source()
+        src = transform(base, which)
+        assert src != base, (op, which)
+        _run(op, src, f"probe_{which.replace('+', '_')}_{op}", (5, 1023),
+             {"strategy": "looped", "ROWS": 1, "BLOCK_N": 256, "num_warps": 2,
+              "num_stages": 2})
+
+
+def test_wbloop_loads_weights_in_the_row_loop_and_stays_right() -> None:
+    _, gen_op = generated("layernorm")
+    src = transform(gen_op.triton_module_source(), "wbloop")
+    body = src[src.index("def _layernorm_persistent_kernel("):]
+    body = body[:body.index("\n\n\n")]
+    loop = body[body.index("for block in"):]
+    assert loop.count("tl.load(in1_ptr") == 1 and loop.count("tl.load(in2_ptr") == 1
+    _run("layernorm", src, "probe_wbloop", (9, 1537),
+         {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 2048, "num_warps": 4,
+          "num_stages": 2, "VAR1": True})
+
+
+def test_lhoist_moves_the_target_loads_before_the_loop_and_stays_right() -> None:
+    _, gen_op = generated("cross_entropy")
+    src = transform(gen_op.triton_module_source(), "lhoist")
+    body = src[src.index("def _cross_entropy_looped_kernel("):]
+    body = body[:body.index("\n\n\n")]
+    assert body.index("tl.load(in1_ptr") < body.index("for start in")
+    _run("cross_entropy", src, "probe_lhoist", (5, 1023),
+         {"strategy": "looped", "ROWS": 1, "BLOCK_N": 256, "num_warps": 2})

@@ -336,6 +336,32 @@ def test_looped_strategy_forced_on_small_row(fn: Callable[..., Any]) -> None:
         assert "m_new" in op.triton_module_source()  # max and sum(exp) share one online pass
 
 
+@pytest.mark.parametrize("lanes", [None, 4, 16], ids=["launcher_lanes", "lanes4", "lanes16"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_looped_online_softmax_runs_per_lane_and_stays_right(lanes, dtype) -> None:
+    # The looped kernel keeps a running (max, sum of exp) per lane position of a [ROWS,
+    # BLOCK_N / LANES, LANES] view of each chunk (NOTES item 39). Lanes that see only -inf
+    # for a while (masked vocabulary) must not turn NaN, and the result must not depend on
+    # LANES (the launcher's default from the warps and dtype, or a config's own).
+    x = rand(6, 70, dtype=dtype)
+    x[1, :20] = float("-inf")  # whole lanes -inf in the first chunks
+    x[2, 40:] = float("-inf")  # and in the last ones
+    x[4, ::3] = float("-inf")
+    target = torch.tensor([5, 30, 10, 0, 1, 69])  # no target on a -inf logit
+    cfg = {"strategy": "looped", "ROWS": 2, "BLOCK_N": 16, "num_warps": 1,
+           **({"LANES": lanes} if lanes else {})}
+    for fn, args in ((softmax, (x,)), (log_softmax, (x,)), (cross_entropy, (x, target))):
+        op = check(fn, args, f"{fn.__name__}_lanes_{lanes}", dtype, config=cfg)
+    src = op.triton_module_source()
+    body = src[src.index("_looped_kernel("):src.index("_persistent_kernel(")]
+    loop = body[body.index("for start in range"):body.index("red", body.index("for start"))]
+    # within the chunk loop only per-thread reductions along the view's axis 1: no row-wide
+    # tl.max(..., axis=1)[:, None] and no tl.sum(..., axis=1)[:, None] (a barrier each)
+    assert "tl.max(g, axis=1))" in loop and "[:, None]" not in loop.split("tl.reshape")[1]
+    assert op.kernel_refs(args, cfg)[0].constexprs["LANES"] == (
+        lanes or heuristics.looped_lanes(16, 1, x.element_size()))
+
+
 @pytest.mark.parametrize("fn", [layernorm, softmax, add_rmsnorm, cross_entropy],
                          ids=["layernorm", "softmax", "add_rmsnorm_two_outputs", "ce_fold"])
 def test_persistent_strategy_walks_every_row_block(fn: Callable[..., Any]) -> None:
