@@ -360,6 +360,8 @@ def test_looped_online_softmax_runs_per_lane_and_stays_right(lanes, dtype) -> No
     assert "tl.max(g, axis=1))" in loop and "[:, None]" not in loop.split("tl.reshape")[1]
     assert op.kernel_refs(args, cfg)[0].constexprs["LANES"] == (
         lanes or heuristics.looped_lanes(16, 1, x.element_size()))
+    with pytest.raises(ValueError, match="looped needs LANES dividing BLOCK_N 16, got 3"):
+        run_generated(cross_entropy, args, "ce_lanes_bad", {**cfg, "LANES": 3})
 
 
 @pytest.mark.parametrize("fn", [layernorm, softmax, add_rmsnorm, cross_entropy],

@@ -200,3 +200,18 @@ def test_two_block_is_offered_where_it_holds_fewer_lanes() -> None:
         for c in two:
             assert c["BLOCK_N"] + c["BLOCK_TAIL"] >= width > c["BLOCK_N"]
             assert c["BLOCK_N"] + c["BLOCK_TAIL"] < 2 * c["BLOCK_N"]
+
+
+def test_looped_online_softmax_configs_name_lanes_for_the_warp_width() -> None:
+    # LANES = threads x the elements of one 16-byte load, with the target's warp width, so that
+    # each lane position belongs to one thread (64-wide wavefronts on AMD)
+    ex = (torch.randn(8, 65536, dtype=torch.bfloat16), torch.randint(0, 65536, (8,)))
+    ce = generate(cross_entropy, ex, name="ce_lanes")
+    for name, warp in (("h100", 32), ("mi300x", 64)):
+        looped = [c for c in ce.variant_space(hwmodels.get(name), ex)
+                  if c["strategy"] == "looped"]
+        assert looped and all(c["LANES"] == min(c["BLOCK_N"], c["num_warps"] * warp * 8)
+                              for c in looped), name
+    rms = generate(rmsnorm, (torch.randn(8, 65536, dtype=torch.bfloat16),
+                             torch.randn(65536, dtype=torch.bfloat16)), name="rms_lanes")
+    assert not any("LANES" in c for c in rms.variant_space(hwmodels.get("h100"), rms.example_inputs))
