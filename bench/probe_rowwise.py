@@ -19,13 +19,13 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   were retired when the emitter took the shifted form as its VAR1 knob: see git 1a81616; a
   case's config with "VAR1": True runs the emitter's own form)
   ffma   softmax and cross-entropy: exp2(x * log2e - m * log2e), one FFMA, where the emitter
-         writes exp2((x - m) * log2e), a subtract and a multiply; in the looped kernels the
-         select of masked lanes per element also moves to one select per row and chunk
+         writes exp2((x - m) * log2e), a subtract and a multiply (the looped kernels' online
+         step has the FFMA form since item 39; their part of ffma and lse1 is at git 7ff877c)
   masked the kernels without their EVEN (`| EVEN` dropped): every lane masked as before
          item 37, where full row and column blocks (EVEN) leave constant masks the compiler drops
   lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
          (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
-         single pass and the persistent kernel per row, in the looped kernels per chunk
+         single pass and the persistent kernel per row
   fold2x ops with a scalar output (cross-entropy): the fold kernel launched twice (it is
          idempotent), so t(fold2x) - t(base) is what the fold's launch costs
   ticket the looped kernel folds in its last program (an atomic ticket counter that the last
@@ -67,6 +67,7 @@ from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 from bench.sweep import local_gpu  # noqa: E402
 from bench.sweep import parse_case  # noqa: E402
+from porter.codegen.emit import LOG2E  # noqa: E402
 from porter.codegen.rowwise import hoist_reduction_free  # noqa: E402
 
 # The suite's chosen config per case (results/h100-2026-11-22-run2) and one other num_warps.
@@ -179,9 +180,6 @@ def _probe_lse(m_a, s_a, m_b, s_b):
 _SM_MAX = re.compile(r"\n(\s+)(red\d+) = tl\.max\((x\d+), axis=1\)\[:, None\]\n")
 _SM_SUM = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\((v\d+)\)\.to\(tl\.float32\), axis=1\)"
                      r"\[:, None\]\n")
-# the looped kernels' online chunk step (porter/codegen/rowwise.py, the `pairs` branch)
-_ONLINE = re.compile(r"\n(\s+)m_new = tl\.maximum\(m_row, tl\.max\(g, axis=1\)\[:, None\]\)\n"
-                     r"(?:.*\n){3}\s+m_row = m_new\n")
 
 
 def _with_helper(source: str, out: str, helper: str) -> str:
@@ -191,29 +189,18 @@ def _with_helper(source: str, out: str, helper: str) -> str:
     return out[:first] + helper.lstrip("\n") + "\n\n" + out[first:]
 
 
-_LOG2E = "1.4426950408889634"
 _EXP_OF_SUB = re.compile(r"\n(\s+)(v\d+) = \((\w+) - (\w+)\)\n(\s+)(v\d+) = tl\.exp2\(\(\2\) \* "
-                         + _LOG2E + r"\)\n")
+                         + LOG2E + r"\)\n")
 
 
 def exp_as_ffma(source: str) -> str:
     """ffma: exp2(x * log2e - m * log2e) (one FFMA) for the emitter's exp2((x - m) * log2e)."""
 
     def edit(name: str, body: str) -> str:
-        body = _EXP_OF_SUB.sub(
+        return _EXP_OF_SUB.sub(
             lambda m: (f"\n{m.group(1)}{m.group(2)} = ({m.group(3)} - {m.group(4)})\n{m.group(5)}"
-                       f"{m.group(6)} = tl.exp2({m.group(3)} * {_LOG2E} - {m.group(4)} * "
-                       f"{_LOG2E})\n"), body)
-        # the looped online step: no per-element select; a row with nothing but -inf so far
-        # sums NaN, and the row's select zeroes it
-        body = body.replace(
-            f"p = tl.where(mask & safe, tl.exp2((g - m_new) * {_LOG2E}), 0.0)",
-            f"p = tl.exp2(g * {_LOG2E} - m_new * {_LOG2E})")
-        return body.replace(
-            f"s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * {_LOG2E}), 0.0) "
-            "+ tl.sum(p, axis=1)[:, None]",
-            f"s_row = tl.where(safe, s_row * tl.exp2((m_row - m_new) * {_LOG2E}) "
-            "+ tl.sum(p, axis=1)[:, None], 0.0)")
+                       f"{m.group(6)} = tl.exp2({m.group(3)} * {LOG2E} - {m.group(4)} * "
+                       f"{LOG2E})\n"), body)
 
     return _edit_kernels(source, edit)
 
@@ -232,15 +219,6 @@ def one_round_lse(source: str) -> str:
                     f"1, _probe_lse)\n{ind}{red} = lm[:, None]\n")
             return (body[:m.start()] + pair + body[m.end():s.start()]
                     + f"\n{s.group(1)}{s.group(2)} = ls[:, None]\n" + body[s.end():])
-        if name.endswith("_looped_kernel"):
-            o = _ONLINE.search(body)
-            if o is None:
-                return body
-            ind = o.group(1)
-            step = (f"\n{ind}cm, cs = tl.reduce((g, tl.where(g > float('-inf'), 1.0, 0.0)), 1, "
-                    f"_probe_lse)\n{ind}m_row, s_row = _probe_lse(m_row, s_row, cm[:, None], "
-                    f"cs[:, None])\n")
-            return body[:o.start()] + step + body[o.end():]
         return body
 
     return _with_helper(source, _edit_kernels(source, edit), _LSE)
@@ -375,7 +353,7 @@ def weights_in_row_loop(source: str) -> str:
 def no_exp(source: str) -> str:
     """diag_noexp: the looped online softmax's per-element exp(x - m) replaced by x - m (the
     emitter's lane form, item 39): a wrong result, timed unchecked to show what the exp costs."""
-    return source.replace("p = tl.exp2(g * 1.4426950408889634 - m_shift[:, None, :])",
+    return source.replace(f"p = tl.exp2(g * {LOG2E} - m_shift[:, None, :])",
                           "p = g - m_shift[:, None, :]")
 
 

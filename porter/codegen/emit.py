@@ -34,6 +34,7 @@ class Coord:
 ZERO = Coord("0")
 
 # Triton spelling of each IR pointwise function (arguments already fp32/int/bool values).
+LOG2E = "1.4426950408889634"  # exp(x) = exp2(x * log2 e)
 TRITON_FN = {
     # div: IEEE round-to-nearest, as PyTorch does; plain `/` is an approximate (2 ulp) division on
     # NVIDIA, which breaks e.g. layernorm of a constant row (sum/n != x exactly -> x - mean != 0).
@@ -41,7 +42,7 @@ TRITON_FN = {
     # exp as exp2: tl.exp is ex2.approx.f32 on NVIDIA, whose subnormal results cost three more
     # instructions per element (a compare and two scaling multiplies); tl.exp2 is the .ftz
     # form, which flushes results under 2^-126 to 0 (bench/NOTES.md item 30)
-    "neg": "(-{0})", "exp": "tl.exp2(({0}) * 1.4426950408889634)", "log": "tl.log({0})",
+    "neg": "(-{0})", "exp": "tl.exp2(({0}) * " + LOG2E + ")", "log": "tl.log({0})",
     "sqrt": "tl.sqrt({0})",
     "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
     # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
@@ -50,7 +51,7 @@ TRITON_FN = {
     # log1p/expm1 without cancellation for tiny |x| (Goldberg's and Kahan's corrections):
     # u = 1 + x rounds; log(u) * x / (u - 1) restores the lost bits. Branch-free via where.
     "log1p": "tl.log(1.0 + {0})",  # see Emitter._log1p/_expm1
-    "expm1": "(tl.exp2(({0}) * 1.4426950408889634) - 1.0)",
+    "expm1": "(tl.exp2(({0}) * " + LOG2E + ") - 1.0)",
     "sin": "tl.sin({0})", "cos": "tl.cos({0})",
     "exp2": "tl.exp2({0})", "log2": "tl.log2({0})", "floor": "tl.floor({0})",
     "ceil": "tl.ceil({0})", "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",

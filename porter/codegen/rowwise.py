@@ -14,6 +14,7 @@ from typing import Any
 
 import sympy
 
+from porter.codegen.emit import LOG2E
 from porter.codegen.emit import ZERO
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
@@ -23,8 +24,6 @@ from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import unflattens
-
-LOG2E = "1.4426950408889634"  # exp(x) = exp2(x * log2 e)
 
 IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
 IDENTITY_VALUE = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
