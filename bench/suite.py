@@ -255,7 +255,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph", action="store_true",
                     help="CUDA-graph timing (launch-inclusive, LLC flushed only between replays); "
                          "default: events with a device-side head start and a flush every rep")
+    ap.add_argument("--summary-only", action="store_true",
+                    help="write SUMMARY.md from the folder's rows.jsonl and meta.json and stop "
+                         "(no GPU): the summary of a run cut off before its end")
     args = ap.parse_args(argv)
+    if args.summary_only:
+        out = Path(args.out)
+        rows = [json.loads(ln) for ln in (out / "rows.jsonl").read_text().splitlines() if ln]
+        summary = summarize(rows, json.loads((out / "meta.json").read_text()))
+        (out / "SUMMARY.md").write_text(summary)
+        print(summary)
+        return 0
 
     import torch
 

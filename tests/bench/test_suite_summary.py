@@ -55,3 +55,15 @@ def test_resume_keeps_finished_ops_and_drops_partial_ones(tmp_path: Path) -> Non
     assert len(kept) == 2 * len(suite_units("gelu"))
     assert len(rows_path.read_text().splitlines()) == len(kept)
     assert meta == {"date": "first", "resumed": ["second"]}
+
+
+def test_summary_only_writes_the_summary_of_a_cut_off_run(tmp_path: Path) -> None:
+    from bench.suite import main
+
+    rows = [row("rmsnorm", "ported", [16384, 8192], 0.250, pct_measured_peak=85.0,
+                speedup={"compile": [1.6, 1.5, 1.7]}),
+            row("rmsnorm", "copy", [16384, 8192], 0.200, pct_measured_peak=95.0)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "meta.json").write_text(json.dumps(META))
+    assert main(["--out", str(tmp_path), "--summary-only"]) == 0
+    assert (tmp_path / "SUMMARY.md").read_text() == summarize(rows, META)
