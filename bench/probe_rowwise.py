@@ -158,6 +158,20 @@ CASES: dict[str, list[dict[str, Any]]] = {
     + [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": s, **extra}
        for b, w, s, extra in ((8192, 16, 1, {}), (4096, 8, 2, {}), (8192, 16, 2, {}),
                               (16384, 32, 2, {"maxnreg": 32}), (4096, 8, 3, {}))],
+    # item 40: layernorm's looped kernel with its shifted sums kept per thread (lnlane), and
+    # what the single pass's weight and bias loads cost (diag_now, diag_nob), beside the H200
+    # run9 pick; cross-entropy's run9 pick without its fold (diag_nofold)
+    "layernorm:4096x32768:bf16@item40": [
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True}],
+    "layernorm:4096x32768:bf16@item40l": [
+        *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
+          for b, w, extra in ((16384, 32, {}), (16384, 32, {"maxnreg": 32}), (8192, 16, {}),
+                              (8192, 32, {}), (16384, 16, {}), (4096, 8, {})))],
+    "softmax:4096x32768:bf16@item40": [
+        {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": s,
+         "PROGRAMS_PER_SM": 1} for s in (3, 4)],
+    "cross_entropy:4096x32768:bf16@item40": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384,
+                                              "num_warps": 8, "num_stages": 2}],
     "cross_entropy:4097x1537:bf16": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 1024,
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
@@ -165,7 +179,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "diag_noexp",
-              "piped", "lhoist")
+              "piped", "lhoist", "lnlane", "diag_nob", "diag_now",
+              "diag_nofold")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -330,6 +345,71 @@ def looped_chunk_variance(source: str) -> str:
     return _edit_kernels(source, edit)
 
 
+def looped_lane_variance(source: str) -> str:
+    """lnlane: layernorm's looped kernel in two passes whose shifted sums (d = x - k, k the
+    row's first element) stay in the thread that loads them: each chunk viewed as
+    [ROWS, BLOCK_N // LANES, LANES // 8, 8] (8 = one 16-byte bf16 load) and summed over the
+    thread's own repetitions and its 8 elements, so a thread keeps one (sum, sum of squares)
+    pair and the block combines once per row (lnvar1c combined twice per chunk, item 39; the
+    per-lane tiles of item 38 took 16-32 registers more). The exact variance pass runs only for
+    a row whose k sits more than 4 spreads from its mean, as in the single pass's VAR1."""
+
+    def edit(name: str, body: str) -> str:
+        m = _LOOPED_TWO_ROUNDS.search(body) if name.endswith("_looped_kernel") else None
+        if m is None:
+            return body
+        red_sum, red_var = m.groups()
+        load = _ROW_LOAD.search(m.group(0)).group(1)
+        chunk = ("        cols = start + tl.arange(0, BLOCK_N)[None, :]\n"
+                 "        mask = row_mask & ((cols < n_cols) | EVEN)\n"
+                 f"        xc = {load}\n")
+        one_pass = (
+            "\n    k = tl.load(in0_ptr + (rows * in0_s0), mask=row_mask & (rows * 0 < n_cols), "
+            "other=0.0).to(tl.float32)\n"
+            "    s1 = tl.zeros([ROWS, LANES // 8], tl.float32)\n"
+            "    s2 = tl.zeros([ROWS, LANES // 8], tl.float32)\n"
+            "    for start in range(0, n_cols, BLOCK_N):\n" + chunk +
+            "        d = tl.reshape(tl.where(mask, xc - k, 0.0), [ROWS, BLOCK_N // LANES, LANES // 8, 8])\n"
+            "        s1 += tl.sum(tl.sum(d, axis=3), axis=1)\n"
+            "        s2 += tl.sum(tl.sum(d * d, axis=3), axis=1)\n"
+            "    c1, c2 = tl.reduce((s1, s2), 1, _add_pairs)\n"
+            "    t1 = c1[:, None]\n"
+            "    t2 = c2[:, None]\n"
+            f"    {red_sum} = t1 + k * n_cols\n"
+            "    mean = k + t1 / n_cols\n"
+            f"    {red_var} = tl.maximum(t2 - t1 * t1 / n_cols, 0.0)\n"
+            f"    if tl.max((t1 * t1 / n_cols > 16.0 * {red_var}).to(tl.int32)) > 0:\n"
+            "        acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)\n"
+            "        for start in range(0, n_cols, BLOCK_N):\n"
+            + "".join("    " + ln + "\n" for ln in chunk.splitlines()) +
+            "            acc += tl.where(mask, (xc - mean) * (xc - mean), 0.0)\n"
+            f"        {red_var} = tl.sum(acc, axis=1)[:, None]\n")
+        return body[:m.start()] + one_pass + body[m.end():]
+
+    out = _edit_kernels(source, edit)
+    if out == source:
+        return source
+    head = out.index("_looped_kernel(")
+    sig_end = out.index("):\n", head)
+    out = out[:sig_end] + "    LANES: tl.constexpr,\n" + out[sig_end:]
+    return out.replace(
+        "    grid = triton.cdiv(n_rows, rows)\n",
+        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
+        "        extra[\"LANES\"] = looped_lanes(config[\"BLOCK_N\"], config[\"num_warps\"], "
+        "inputs[0].element_size())\n", 1)
+
+
+_DIAG_LOADS = {"diag_nob": ("in2_ptr", "0.0"), "diag_now": ("in1_ptr", "1.0")}
+
+
+def drop_weight_load(source: str, which: str) -> str:
+    """diag_nob / diag_now: layernorm's bias (weight) load replaced by 0 (1): a wrong result
+    when the bias (weight) is not that, timed unchecked to show what its load costs."""
+    ptr, value = _DIAG_LOADS[which]
+    return re.sub(rf"tl\.load\({ptr} \+ \(cols \* in\d_cs0\), mask=\w+, other=0\.0\)"
+                  r"\.to\(tl\.float32\)", value, source)
+
+
 _HOISTED_WEIGHT = re.compile(r"\n    (x\d+) = (tl\.load\(in\d_ptr \+ \(cols \* in\d_cs0\), "
                              r"mask=col_mask, other=0\.0\)\.to\(tl\.float32\))(?=\n)")
 
@@ -351,10 +431,12 @@ def weights_in_row_loop(source: str) -> str:
 
 
 def no_exp(source: str) -> str:
-    """diag_noexp: the looped online softmax's per-element exp(x - m) replaced by x - m (the
-    emitter's lane form, item 39): a wrong result, timed unchecked to show what the exp costs."""
-    return source.replace(f"p = tl.exp2(g * {LOG2E} - m_shift[:, None, :])",
-                          "p = g - m_shift[:, None, :]")
+    """diag_noexp: the per-element exp(x - m) replaced by x - m, in the looped online softmax
+    (the emitter's lane form, item 39) and in the one-block kernels (`tl.exp2((x - m) * log2e)`):
+    a wrong result, timed unchecked to show what the exp costs."""
+    source = source.replace(f"p = tl.exp2(g * {LOG2E} - m_shift[:, None, :])",
+                            "p = g - m_shift[:, None, :]")
+    return _EXP2.sub(r"(\1)", source)
 
 
 def looped_hoist(source: str) -> str:
@@ -441,6 +523,10 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "ticket": fold_in_last_program,
     "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
     "lnvar1c": looped_chunk_variance,
+    "lnlane": looped_lane_variance,
+    "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
+    "diag_now": lambda src: drop_weight_load(src, "diag_now"),
+    "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,
     "piped": pipelined_loops,
