@@ -167,6 +167,14 @@ CASES: dict[str, list[dict[str, Any]]] = {
         *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
           for b, w, extra in ((16384, 32, {}), (16384, 32, {"maxnreg": 32}), (8192, 16, {}),
                               (8192, 32, {}), (16384, 16, {}), (4096, 8, {})))],
+    # item 40, second round: lnlane's best tiles with fewer registers (more programs per SM)
+    # and with the chunk loops pipelined (lnlane+piped)
+    "layernorm:4096x32768:bf16@item40m": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
+        for b, w, extra in ((8192, 32, {}), (8192, 32, {"maxnreg": 32}), (8192, 16, {"maxnreg": 32}),
+                            (8192, 16, {"maxnreg": 40}), (4096, 16, {}), (4096, 16, {"maxnreg": 32}),
+                            (8192, 32, {"num_stages": 2}), (8192, 16, {"num_stages": 2}),
+                            (4096, 16, {"num_stages": 3}))],
     "softmax:4096x32768:bf16@item40": [
         {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": s,
          "PROGRAMS_PER_SM": 1} for s in (3, 4)],
@@ -180,7 +188,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "diag_noexp",
               "piped", "lhoist", "lnlane", "diag_nob", "diag_now",
-              "diag_nofold")
+              "diag_nofold", "diag_nowait")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -527,6 +535,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
     "diag_now": lambda src: drop_weight_load(src, "diag_now"),
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
+    "diag_nowait": lambda src: src.replace("        tl.extra.cuda.gdc_wait()", "        pass"),
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,
     "piped": pipelined_loops,
