@@ -167,6 +167,13 @@ CASES: dict[str, list[dict[str, Any]]] = {
         *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
           for b, w, extra in ((16384, 32, {}), (16384, 32, {"maxnreg": 32}), (8192, 16, {}),
                               (8192, 32, {}), (16384, 16, {}), (4096, 8, {})))],
+    "layernorm:4096x32768:bf16@item40w": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
+        for b, w, extra in ((8192, 32, {}), (8192, 32, {"maxnreg": 32}), (16384, 32, {}),
+                            (8192, 16, {}), (16384, 16, {}))],
+    "rmsnorm:4096x32768:bf16@item40w": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
+        for b, w, extra in ((16384, 32, {}), (8192, 32, {}), (8192, 16, {}))],
     # item 40, second round: lnlane's best tiles with fewer registers (more programs per SM)
     # and with the chunk loops pipelined (lnlane+piped)
     "layernorm:4096x32768:bf16@item40m": [
@@ -188,7 +195,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "diag_noexp",
               "piped", "lhoist", "lnlane", "diag_nob", "diag_now",
-              "diag_nofold", "diag_nowait")
+              "diag_nofold", "diag_nowait", "l1w", "l1wcg")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -407,6 +414,24 @@ def looped_lane_variance(source: str) -> str:
         "inputs[0].element_size())\n", 1)
 
 
+def looped_l1_weights(source: str, x_bypass: bool) -> str:
+    """l1w: the looped kernels' weight and bias loads marked evict_last, so that the SM's L1
+    keeps a row's weights for the next row instead of reading them through L2 again; l1wcg
+    also loads the rows past L1 (.cg), leaving it to the weights."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith("_looped_kernel"):
+            return body
+        body = re.sub(r"(tl\.load\(in[12]_ptr \+ \(cols \* in[12]_cs0\), mask=mask, other=0\.0)\)",
+                      r'\1, eviction_policy="evict_last")', body)
+        if x_bypass:
+            body = re.sub(r"(tl\.load\(in0_ptr \+ \(rows \* in0_s0\) \+ \(cols \* in0_cs1\), "
+                          r"mask=mask, other=0\.0)\)", r'\1, cache_modifier=".cg")', body)
+        return body
+
+    return _edit_kernels(source, edit)
+
+
 _DIAG_LOADS = {"diag_nob": ("in2_ptr", "0.0"), "diag_now": ("in1_ptr", "1.0")}
 
 
@@ -534,6 +559,8 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "lnlane": looped_lane_variance,
     "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
     "diag_now": lambda src: drop_weight_load(src, "diag_now"),
+    "l1w": lambda src: looped_l1_weights(src, False),
+    "l1wcg": lambda src: looped_l1_weights(src, True),
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "diag_nowait": lambda src: src.replace("        tl.extra.cuda.gdc_wait()", "        pass"),
     "wbloop": weights_in_row_loop,
@@ -576,11 +603,15 @@ def transform(source: str, which: str) -> str:
 
 
 def _same_kernel(src: str, base_src: str, op_name: str, strategy: str) -> bool:
-    """Whether `src` runs `strategy` exactly as `base_src` does: its kernel and the launcher."""
+    """Whether `src` runs `strategy` exactly as `base_src` does: its kernel, the fold kernel
+    (ops with a scalar output) and the launcher."""
 
-    def parts(text: str) -> tuple[str, str]:
-        at = text.index(f"def _{op_name}_{strategy}_kernel(")
-        return text[at:text.index("\n\n\n", at)], text[text.index("\ndef launch("):]
+    def kernel(text: str, name: str) -> str:
+        at = text.find(f"def _{op_name}_{name}_kernel(")
+        return "" if at < 0 else text[at:text.index("\n\n\n", at)]
+
+    def parts(text: str) -> tuple[str, str, str]:  # the strategy's kernel, the fold, the launcher
+        return kernel(text, strategy), kernel(text, "post"), text[text.index("\ndef launch("):]
 
     return parts(src) == parts(base_src)
 
