@@ -174,6 +174,13 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "rmsnorm:4096x32768:bf16@item40w": [
         {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
         for b, w, extra in ((16384, 32, {}), (8192, 32, {}), (8192, 16, {}))],
+    # item 40: the emitter's looped VAR1 (lnlane's form, built in), its tiles beside the
+    # single pass
+    "layernorm:4096x32768:bf16@var1l": [
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
+        *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "VAR1": True}
+          for b, w in ((16384, 32), (8192, 32), (4096, 32), (16384, 16), (8192, 16),
+                       (16384, 8)))],
     # item 40, second round: lnlane's best tiles with fewer registers (more programs per SM)
     # and with the chunk loops pipelined (lnlane+piped)
     "layernorm:4096x32768:bf16@item40m": [

@@ -237,6 +237,8 @@ class Emitter:
         self.lines: list[str] = []
         self.indent = 1
         self.memo: dict[Any, str] = {}
+        # row values bound before a loop that later loops use as they are (the VAR1 mean)
+        self.kept: dict[Any, str] = {}
         self.reduced: dict[int, str] = {}  # reduce node id -> variable holding its row value
         self.row_coords: tuple[Coord, ...] = ()  # the kernel's row coordinates (non-reduced dims)
         self.reduce_dim: int | None = None
@@ -278,8 +280,9 @@ class Emitter:
         return names
 
     def reset(self) -> None:
-        """Forget memoized values (at a loop boundary: loop-body variables do not escape)."""
-        self.memo = {}
+        """Forget memoized values (at a loop boundary: loop-body variables do not escape), all
+        but the `kept` row values bound outside every loop."""
+        self.memo = dict(self.kept)
 
     def const(self, value: Any) -> str:
         if isinstance(value, sympy.Basic) and value.is_Number:

@@ -53,6 +53,13 @@ def looped_lanes(block_n, num_warps, elem_bytes, warp_size=32):
     return min(block_n, num_warps * warp_size * max(1, 16 // elem_bytes))
 
 
+def looped_vec(lanes, elem_bytes):
+    """Elements of one 16-byte load (at most `lanes`): the innermost dim of the looped VAR1
+    pass's view of a chunk, summed inside each thread (bench/NOTES.md item 40)."""
+    vec = max(1, 16 // elem_bytes)
+    return vec if lanes % vec == 0 else 1
+
+
 def one_block_sizes(strategy, n_cols):
     """Size knobs of a strategy that holds the whole row, for rows of n_cols: one block of the
     next power of two, or for two_block a head block (the largest power of two below the row)

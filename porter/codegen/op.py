@@ -314,6 +314,10 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         first = next(x for x in inputs if isinstance(x, torch.Tensor))
         return config.get("LANES") or heuristics.looped_lanes(
             config["BLOCK_N"], config["num_warps"], first.element_size())
+    if name == "VEC":  # as the rowwise launcher sets it
+        first = next(x for x in inputs if isinstance(x, torch.Tensor))
+        return heuristics.looped_vec(_const_value("LANES", config, inputs, ints),
+                                     first.element_size())
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
@@ -442,14 +446,16 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
-        looped_lanes=bool(bodies.online_pairs),
+        looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
         heuristics=_heuristics_source(heuristics.rowwise_default, heuristics.fold_config,
-                                      heuristics.rowwise_full_blocks, heuristics.looped_lanes))
+                                      heuristics.rowwise_full_blocks, heuristics.looped_lanes,
+                                      heuristics.looped_vec))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     var1 = ("VAR1",) if bodies.one_round_variance else ()
     pdl = ("PDL",) if bodies.post else ()
-    lanes = ("LANES",) if bodies.online_pairs else ()
+    lanes = (("LANES",) if bodies.online_pairs else ("LANES", "VEC", "VAR1")
+             if bodies.one_round_variance else ())
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST", *pdl) if bodies.single_hoisted

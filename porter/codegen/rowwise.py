@@ -211,26 +211,18 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     variance = _variance_pairs(plan)
     variance_second = {s.id for s in variance.values()}
 
-    def shifted_sums(em: Emitter, r: Node, blocks: tuple[tuple[tuple[Coord, ...], str], ...]
-                     ) -> None:
-        """r's sum and its variance partner's from one reduction of (x - k, (x - k)^2) per
-        block of the row, k the row's first element (the VAR1 form)."""
-        x = r.args[0]
+    def shift_point(em: Emitter, x: Node) -> str:
+        """k, the row's first element: the shift of the VAR1 sums."""
         # an empty row has no column 0 (a tensor compare: the interpreter's scalar one is no mask)
         row_mask, em.row_mask = em.row_mask, f"({em.row_mask}) & (rows * 0 < n_cols)"
         k = em.tmp(f"({em.eval(x, _coords_for(plan, x, rc))}).to(tl.float32)", "k")
         em.row_mask = row_mask
-        s1, s2, xs = [], [], []
-        for block_coords, block_mask in blocks:
-            em.full_mask = block_mask
-            xs.append((f"({em.eval(x, block_coords)}).to(tl.float32)", block_mask))
-            d = em.tmp(f"tl.where({block_mask}, {xs[-1][0]} - {k}, 0.0)", "d")
-            a, b = em.tmps(f"tl.reduce(({d}, {d} * {d}), 1, _add_pairs)", "s1_", "s2_")
-            s1.append(f"{a}[:, None]")
-            s2.append(f"{b}[:, None]")
-        em.full_mask = blocks[0][1]
-        t1 = em.tmp(" + ".join(s1), "s1")
-        t2 = em.tmp(" + ".join(s2), "s2")
+        return k
+
+    def shifted_result(em: Emitter, r: Node, k: str, t1: str, t2: str) -> tuple[str, str, str]:
+        """From the row's sums t1 of d = x - k and t2 of d^2: r's sum, the mean (memoized for
+        the code after) and the variance partner's sum; returns (mean, variance, guard), the
+        guard an `if` whose tiles need the exact second round."""
         em.reduced[r.id] = em.tmp(f"{t1} + {k} * n_cols", "red")
         # the mean as k + sum(d) / n: (sum(d) + k * n) / n would round k * n (at a mean of 1e4
         # and n = 700, to 0.5) and lose what the shift kept
@@ -243,7 +235,27 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         # Where k sits far out in its row ((mean - k)^2 > 16 variances: an outlier in column 0)
         # the cancellation costs more than 16 roundings: those tiles take the exact second
         # round; a row drawn from one distribution does so with probability ~6e-5.
-        em.emit(f"if tl.max(({t1} * {t1} / n_cols > 16.0 * {var}).to(tl.int32)) > 0:")
+        return mean, var, f"if tl.max(({t1} * {t1} / n_cols > 16.0 * {var}).to(tl.int32)) > 0:"
+
+    def shifted_sums(em: Emitter, r: Node, blocks: tuple[tuple[tuple[Coord, ...], str], ...]
+                     ) -> None:
+        """r's sum and its variance partner's from one reduction of (x - k, (x - k)^2) per
+        block of the row, k the row's first element (the VAR1 form)."""
+        x = r.args[0]
+        k = shift_point(em, x)
+        s1, s2, xs = [], [], []
+        for block_coords, block_mask in blocks:
+            em.full_mask = block_mask
+            xs.append((f"({em.eval(x, block_coords)}).to(tl.float32)", block_mask))
+            d = em.tmp(f"tl.where({block_mask}, {xs[-1][0]} - {k}, 0.0)", "d")
+            a, b = em.tmps(f"tl.reduce(({d}, {d} * {d}), 1, _add_pairs)", "s1_", "s2_")
+            s1.append(f"{a}[:, None]")
+            s2.append(f"{b}[:, None]")
+        em.full_mask = blocks[0][1]
+        t1 = em.tmp(" + ".join(s1), "s1")
+        t2 = em.tmp(" + ".join(s2), "s2")
+        mean, var, guard = shifted_result(em, r, k, t1, t2)
+        em.emit(guard)
         parts = [f"tl.sum(tl.where({m}, ({xv} - {mean}) * ({xv} - {mean}), 0.0), axis=1)[:, None]"
                  for xv, m in xs]
         em.emit(f"    {var} = {' + '.join(parts)}")
@@ -368,6 +380,67 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.indent -= 1
         em.reset()
 
+    def looped_reduce(r: Node) -> None:
+        """r over the row's chunks: a per-lane accumulator, reduced once after the loop."""
+        kind = r.attrs["kind"]
+        em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
+        open_loop()
+        v = _lanes_as_identity(em, em.eval(r.args[0], full), kind)
+        v = f"({v}).to(tl.float32)" if kind == "sum" else v
+        em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
+        close_loop()
+        em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
+
+    def looped_mean_and_variance(r: Node) -> None:
+        """r and its variance partner over the row's chunks: `if VAR1:` one pass of shifted
+        sums, else a pass for the mean and one more for the variance. Both bind the same names;
+        the mean is kept for the loops after.
+
+        The VAR1 pass keeps one (sum, sum of squares) pair per thread: each chunk is viewed as
+        [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC, VEC the elements of
+        one 16-byte load) and summed over the thread's own repetitions and its VEC elements,
+        which stays inside the thread; the block combines once per row. Per-lane tiles of both
+        sums (item 38) took 16-32 registers more and lost; this form won (item 40)."""
+        x, second = r.args[0], variance[r.id]
+        mean_node = second.args[0].args[0].args[1]
+        mean_key = (mean_node.id, _coords_for(plan, mean_node, rc), None)
+        em.emit("if VAR1:")
+        em.indent += 1
+        k = shift_point(em, x)
+        em.emit("acc1 = tl.zeros([ROWS, LANES // VEC], tl.float32)")
+        em.emit("acc2 = tl.zeros([ROWS, LANES // VEC], tl.float32)")
+        open_loop()
+        d = em.tmp(f"tl.reshape(tl.where(mask, ({em.eval(x, full)}).to(tl.float32) - {k}, 0.0), "
+                   "[ROWS, BLOCK_N // LANES, LANES // VEC, VEC])", "d")
+        em.emit(f"acc1 = acc1 + tl.sum(tl.sum({d}, axis=3), axis=1)")
+        em.emit(f"acc2 = acc2 + tl.sum(tl.sum({d} * {d}, axis=3), axis=1)")
+        close_loop()
+        a, b = em.tmps("tl.reduce((acc1, acc2), 1, _add_pairs)", "s1_", "s2_")
+        t1, t2 = em.tmp(f"{a}[:, None]", "s1"), em.tmp(f"{b}[:, None]", "s2")
+        mean, var, guard = shifted_result(em, r, k, t1, t2)
+        em.emit(guard)
+        em.indent += 1
+        em.emit("acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+        open_loop()
+        xv = f"({em.eval(x, full)}).to(tl.float32)"
+        em.emit(f"acc = acc + tl.where(mask, ({xv} - {mean}) * ({xv} - {mean}), 0.0)")
+        close_loop()
+        em.emit(f"{var} = tl.sum(acc, axis=1)[:, None]")
+        em.indent -= 2
+        names = (em.reduced[r.id], var, mean)
+        em.emit("else:")
+        em.indent += 1
+        em.reset()
+        looped_reduce(r)
+        looped_reduce(second)
+        values = (em.reduced[r.id], em.reduced[second.id], em.eval(mean_node, mean_key[1]))
+        for name, value in zip(names, values, strict=True):
+            em.emit(f"{name} = {value}")
+        em.indent -= 1
+        em.reduced[r.id], em.reduced[second.id] = names[0], names[1]
+        em.kept[mean_key] = names[2]
+        em.reset()
+
     ssq = _ssq_pairs(plan)
     paired_sums |= {s.id for s in ssq.values()}
     online: list[tuple[int, int]] = []
@@ -423,13 +496,12 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             em.reduced[s.id] = em.tmp(
                 f"tl.sum(s_lane * tl.exp2(m_lane * {LOG2E} - {shift}), axis=1)[:, None]", "red")
             continue
-        em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
-        open_loop()
-        v = _lanes_as_identity(em, em.eval(r.args[0], full), kind)
-        v = f"({v}).to(tl.float32)" if kind == "sum" else v
-        em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
-        close_loop()
-        em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
+        if r.id in variance_second:
+            continue  # reduced with its mean's sum, below
+        if r.id in variance:
+            looped_mean_and_variance(r)
+            continue
+        looped_reduce(r)
     if "full" in plan.out_kind:
         open_loop()
         store_outputs(em, ("full",))

@@ -16,12 +16,14 @@ Pruning rules (each names the limit it enforces):
   blocks, beside each single-pass tile (same rows and warps).
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
   targets) come also with those loads first; which order wins depends on the shape.
-- LANES: looped configs of an online softmax (softmax, cross-entropy) name the lane positions
-  of their running max and sum: threads x the elements of one 16-byte load, with the target's
+- LANES: looped configs of an online softmax (softmax, cross-entropy) or a one-pass variance
+  (layernorm) name the lane positions of their running values: threads x the elements of one 16-byte load, with the target's
   warp width (64 on AMD), so that each position stays in one thread.
-- VAR1: one-block configs of a kernel with a mean and a variance (layernorm) come also with
-  both from one reduction of shifted sums; faster at width 32768, slower at 4096-5120 on the
-  H200 (bench/NOTES.md items 36-37).
+- VAR1: configs of a kernel with a mean and a variance (layernorm) come also with both from
+  one reduction of shifted sums (looped: one pass, the sums kept per thread); faster at width
+  32768, slower at 4096-5120 on the H200 (bench/NOTES.md items 36-37, 40).
+- looped configs have one stage: at num_stages 2 their plain range loops compile to the same
+  kernel (bench/NOTES.md item 39).
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
@@ -129,9 +131,9 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
 
 
 def _add_lanes(cfg: dict[str, Any], op: GeneratedOp, eb: int, warp: int) -> None:
-    """A looped config of an op with an online softmax gets its LANES for this warp width (the
-    launcher's own default assumes 32-wide warps)."""
-    if cfg["strategy"] == "looped" and op._mm.get("online"):
+    """A looped config of an op with an online softmax or a one-pass variance gets its LANES
+    for this warp width (the launcher's own default assumes 32-wide warps)."""
+    if cfg["strategy"] == "looped" and (op._mm.get("online") or op._mm.get("one_round_variance")):
         cfg["LANES"] = heuristics.looped_lanes(cfg["BLOCK_N"], cfg["num_warps"], eb, warp)
 
 
@@ -199,10 +201,13 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                             continue  # registers: would spill
                         if per_thread < 1 or (strategy == "looped" and rows > 1):
                             continue  # idle lanes / looped keeps one row per program
-                        for st in ((1,) if strategy == "single_pass" else (1, 2)):
-                            out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
-                                        "num_warps": w, "num_stages": st})
-                            _add_lanes(out[-1], op, eb, warp)
+                        # one stage: the looped kernels' plain range loops compile alike at
+                        # num_stages 1 and 2 (Triton 3.6 pipelines loads that feed no dot only
+                        # in loops that name their stages, and such loops were no faster,
+                        # bench/NOTES.md item 39)
+                        out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
+                                    "num_warps": w, "num_stages": 1})
+                        _add_lanes(out[-1], op, eb, warp)
                         if strategy == "single_pass" and op._mm.get("hoist"):
                             out.append({**out[-1], "HOIST": True})
                         if strategy == "single_pass":
@@ -220,9 +225,9 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                             "BLOCK_N": head, "BLOCK_TAIL": tail,
                                             "num_warps": w, "num_stages": 1})
         if op._mm.get("one_round_variance"):
-            # each one-block config also with its mean and variance from one reduction
-            out = [v for c in out for v in ([c, {**c, "VAR1": True}]
-                                            if c["strategy"] != "looped" else [c])]
+            # each config also with its mean and variance from one reduction (the looped
+            # kernel: one pass of shifted sums per thread)
+            out = [v for c in out for v in (c, {**c, "VAR1": True})]
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:

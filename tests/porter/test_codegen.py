@@ -263,14 +263,23 @@ def test_fold_launches_early_and_waits_for_the_main_grid() -> None:
     assert "PDL" not in sm and "gdc_" not in sm
 
 
-def test_looped_layernorm_rejects_var1() -> None:
-    # VAR1 lost in every looped config measured (bench/NOTES.md item 38): not built there,
-    # and a config asking for it is refused rather than run in two rounds
+def test_looped_layernorm_var1_keeps_its_sums_in_each_thread() -> None:
+    # One pass over the row for both sums, each thread keeping one (sum, sum of squares) pair
+    # (a 4-D view of the chunk summed over the thread's own repetitions and elements); the
+    # block combines once per row, after the loop (bench/NOTES.md item 40).
     x, w, b = rand(4, 300), rand(300, seed=1), rand(300, seed=2)
-    with pytest.raises(ValueError, match="VAR1 is not offered for the looped strategy"):
-        run_generated(layernorm, (x, w, b), "layernorm_looped_var1",
-                      {"strategy": "looped", "ROWS": 1, "BLOCK_N": 128, "num_warps": 1,
-                       "VAR1": True})
+    op = check(layernorm, (x, w, b), "layernorm_looped_lanes", torch.float32,
+               config={"strategy": "looped", "ROWS": 1, "BLOCK_N": 128, "num_warps": 1,
+                       "VAR1": True}, use_out=True)
+    src = op.triton_module_source()
+    (branch,) = _var1_branches("\n".join(_kernel_body(src, "_layernorm_looped_lanes_looped_kernel")))
+    loop = branch[branch.index("for start in range("):branch.index("tl.reduce((")]
+    assert "[ROWS, BLOCK_N // LANES, LANES // VEC, VEC]" in loop
+    assert "[:, None]" not in loop.split("mask = ", 1)[1]  # no row-wide reduction in the loop
+    assert branch.count("tl.reduce((") == 1
+    # the launcher's VEC: one 16-byte load's elements, 1 where LANES holds fewer
+    assert heuristics.looped_vec(4096, 2) == 8 and heuristics.looped_vec(4096, 4) == 4
+    assert heuristics.looped_vec(4, 2) == 1
 
 
 @pytest.mark.gpu
@@ -575,7 +584,7 @@ def test_full_blocks_run_without_masks_and_stay_right(cfg) -> None:
     t = torch.tensor([3, -100, 63, 0, 12, 40])
     for fn, inputs in ((softmax, (x,)), (layernorm, (x, rand(64, seed=1), rand(64, seed=2))),
                        (cross_entropy, (x, t))):
-        for var1 in (False, True) if fn is layernorm and cfg["strategy"] != "looped" else (False,):
+        for var1 in (False, True) if fn is layernorm else (False,):
             check(fn, inputs, f"{fn.__name__}_even", torch.float32,
                   config={**cfg, "VAR1": var1}, use_out=True)
 
@@ -586,7 +595,8 @@ def test_full_blocks_run_without_masks_and_stay_right(cfg) -> None:
     {"strategy": "two_block", "ROWS": 2, "BLOCK_N": 512, "BLOCK_TAIL": 256, "num_warps": 1},
     {"strategy": "persistent", "ROWS": 2, "BLOCK_N": 1024, "num_warps": 1, "num_stages": 2,
      "PROGRAMS_PER_SM": 1},
-], ids=["single", "single-hoist", "two_block", "persistent"])
+    {"strategy": "looped", "ROWS": 1, "BLOCK_N": 256, "num_warps": 1},
+], ids=["single", "single-hoist", "two_block", "persistent", "looped"])
 def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(cfg) -> None:
     cfg = {**cfg, "VAR1": True}
     # Rows whose mean (1e3) dwarfs their spread (1), fp32: sum(x^2) / n - mean^2 cancels all
@@ -602,15 +612,20 @@ def test_layernorm_variance_in_one_round_stays_right_where_sum_of_squares_fails(
     src = op.triton_module_source()
     kernel = src[src.index(f"_{cfg['strategy']}_kernel("):]
     kernel = kernel[:kernel.index("\n\n\n")]
-    # one two-value reduction per block of the row; a second round only under the guard
+    # one two-value reduction per block of the row (the looped kernel: of its per-thread
+    # sums, after one pass over the row); a row-wide sum only under the guard
     blocks = 2 if cfg["strategy"] == "two_block" else 1
     branches = _var1_branches(kernel)
     assert len(branches) == (2 if cfg["strategy"] == "single_pass" else 1)  # HOIST's two
     for branch in branches:
         assert branch.count("tl.reduce((") == blocks
         lines = branch.splitlines()
-        assert all(lines[i - 1].strip().startswith("if tl.max((")
-                   for i, ln in enumerate(lines) if "tl.sum(" in ln)
+        guard = next(i for i, ln in enumerate(lines) if ln.strip().startswith("if tl.max(("))
+        indent = len(lines[guard]) - len(lines[guard].lstrip())
+        assert all(i > guard and len(ln) - len(ln.lstrip()) > indent
+                   for i, ln in enumerate(lines) if "tl.sum(" in ln and "[:, None]" in ln)
+        # the looped kernel: one pass over the row, and one more under the guard
+        assert branch.count("for start in range(") == (2 if cfg["strategy"] == "looped" else 0)
     # Without the shift (k = 0) and without the exact second round for a far-out k, the same
     # kernel fails the check: these rows do cancel.
     k_line = next(ln for ln in kernel.splitlines() if ln.strip().startswith("k"))
