@@ -32,6 +32,18 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          program resets) instead of a second launch; prototype for NOTES item 38
   nopdl  the fold kernel launched after the main kernel, not early (programmatic dependent
          launch off, as PORTER_PDL=0 does)
+  wbloop the persistent kernel's weight and bias loads inside its row loop (item 39)
+  piped  the looped kernels' chunk loops as tl.range(..., num_stages) (item 39)
+  lhoist the looped kernel's target and gather loads before its loops (item 39)
+  l1w    the looped kernels' weight and bias loads evict_last (kept in L1 across rows);
+  l1wcg  also the row loads past L1 (.cg) (item 40)
+  flagfold cross-entropy's fold waits on its per-row words (a sentinel in those not yet
+         written) instead of on the main grid's end (item 40)
+  diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
+         x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
+         (no fold kernel), diag_nowait (the fold without its wait for the main grid)
+  (lnvar1c and lnlane, layernorm's looped kernel in two passes, items 39-40: the first lost,
+  the second is the emitter's looped VAR1 since; both transforms are at git 34783ba)
 
     python bench/probe_rowwise.py --out /tmp/probe [--reps 30] [--cases softmax:4097x1537:bf16]
         [--transforms base,tl_exp]
@@ -132,7 +144,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     **{f"cross_entropy:{s}:bf16@h200": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192,
                                          "num_warps": 4, "num_stages": 2}]
        for s in ("8192x16384", "2048x65536", "8192x32000", "4096x128256")},
-    # the looped layernorm in two passes (lnvar1c) and the persistent one with its weights in
+    # the looped layernorm in two passes (lnvar1c, retired: at git 34783ba) and the persistent
+    # one with its weights in
     # the row loop (wbloop), beside the H200's single-pass pick (results/h200-2026-11-24-run8)
     "layernorm:4096x32768:bf16@item39": [
         {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
@@ -158,7 +171,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
     + [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, "num_stages": s, **extra}
        for b, w, s, extra in ((8192, 16, 1, {}), (4096, 8, 2, {}), (8192, 16, 2, {}),
                               (16384, 32, 2, {"maxnreg": 32}), (4096, 8, 3, {}))],
-    # item 40: layernorm's looped kernel with its shifted sums kept per thread (lnlane), and
+    # item 40: layernorm's looped kernel with its shifted sums kept per thread (lnlane, built
+    # into the emitter as the looped VAR1 since; the transform is at git 34783ba), and
     # what the single pass's weight and bias loads cost (diag_now, diag_nob), beside the H200
     # run9 pick; cross-entropy's run9 pick without its fold (diag_nofold)
     "layernorm:4096x32768:bf16@item40": [
@@ -174,7 +188,7 @@ CASES: dict[str, list[dict[str, Any]]] = {
     "rmsnorm:4096x32768:bf16@item40w": [
         {"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": w, **extra}
         for b, w, extra in ((16384, 32, {}), (8192, 32, {}), (8192, 16, {}))],
-    # item 40: the emitter's looped VAR1 (lnlane's form, built in), its tiles beside the
+    # item 40: the emitter's looped VAR1 (lnlane's form), its tiles beside the
     # single pass
     "layernorm:4096x32768:bf16@var1l": [
         {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
@@ -205,8 +219,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                       "num_warps": 2}],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
-              "fold2x", "ticket", "nopdl", "lnvar1c", "wbloop", "diag_noexp",
-              "piped", "lhoist", "lnlane", "diag_nob", "diag_now",
+              "fold2x", "ticket", "nopdl", "wbloop", "diag_noexp",
+              "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "diag_nowait", "l1w", "l1wcg",
               "flagfold")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
@@ -324,107 +338,6 @@ def fold_in_last_program(source: str) -> str:
                       '        extra["FOLD_BLOCK"] = fold_config(n_rows)["BLOCK"]\n', 1)
     first = out.index("\ndef launch(")
     return out[:first] + _TICKETS + out[first:]
-
-
-_LOOPED_TWO_ROUNDS = re.compile(
-    r"\n    acc = tl\.full\(\[ROWS, BLOCK_N\], 0\.0, tl\.float32\)\n    for start in .*?\n"
-    r"    (red\d+) = tl\.sum\(acc, axis=1\)\[:, None\]\n    acc = tl\.full.*?\n"
-    r"    (red\d+) = tl\.sum\(acc, axis=1\)\[:, None\]\n", re.DOTALL)
-_ROW_LOAD = re.compile(r"x\d+ = (tl\.load\(in0_ptr \+ \(rows \* in0_s0\) \+ \(cols \* in0_cs1\), "
-                       r"mask=mask, other=0\.0\)\.to\(tl\.float32\))")
-
-
-def looped_chunk_variance(source: str) -> str:
-    """lnvar1c: layernorm's looped kernel in two passes: the shifted sums (d = x - k, k the
-    row's first element) of each chunk from one two-value reduction, accumulated as two
-    scalars per row, then the output pass; an exact variance pass only for a row whose k sits
-    more than 4 spreads from its mean (the single pass's VAR1 guard)."""
-
-    def edit(name: str, body: str) -> str:
-        m = _LOOPED_TWO_ROUNDS.search(body) if name.endswith("_looped_kernel") else None
-        if m is None:
-            return body
-        red_sum, red_var = m.groups()
-        load = _ROW_LOAD.search(m.group(0)).group(1)
-        chunk = ("        cols = start + tl.arange(0, BLOCK_N)[None, :]\n"
-                 "        mask = row_mask & ((cols < n_cols) | EVEN)\n"
-                 f"        xc = {load}\n")
-        one_pass = (
-            "\n    k = tl.load(in0_ptr + (rows * in0_s0), mask=row_mask & (rows * 0 < n_cols), "
-            "other=0.0).to(tl.float32)\n"
-            "    s1 = tl.zeros([ROWS, 1], tl.float32)\n"
-            "    s2 = tl.zeros([ROWS, 1], tl.float32)\n"
-            "    for start in range(0, n_cols, BLOCK_N):\n" + chunk +
-            "        d = tl.where(mask, xc - k, 0.0)\n"
-            "        c1, c2 = tl.reduce((d, d * d), 1, _add_pairs)\n"
-            "        s1 += c1[:, None]\n"
-            "        s2 += c2[:, None]\n"
-            f"    {red_sum} = s1 + k * n_cols\n"
-            "    mean = k + s1 / n_cols\n"
-            f"    {red_var} = tl.maximum(s2 - s1 * s1 / n_cols, 0.0)\n"
-            f"    if tl.max((s1 * s1 / n_cols > 16.0 * {red_var}).to(tl.int32)) > 0:\n"
-            "        acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)\n"
-            "        for start in range(0, n_cols, BLOCK_N):\n"
-            + "".join("    " + ln + "\n" for ln in chunk.splitlines()) +
-            "            acc += tl.where(mask, (xc - mean) * (xc - mean), 0.0)\n"
-            f"        {red_var} = tl.sum(acc, axis=1)[:, None]\n")
-        return body[:m.start()] + one_pass + body[m.end():]
-
-    return _edit_kernels(source, edit)
-
-
-def looped_lane_variance(source: str) -> str:
-    """lnlane: layernorm's looped kernel in two passes whose shifted sums (d = x - k, k the
-    row's first element) stay in the thread that loads them: each chunk viewed as
-    [ROWS, BLOCK_N // LANES, LANES // 8, 8] (8 = one 16-byte bf16 load) and summed over the
-    thread's own repetitions and its 8 elements, so a thread keeps one (sum, sum of squares)
-    pair and the block combines once per row (lnvar1c combined twice per chunk, item 39; the
-    per-lane tiles of item 38 took 16-32 registers more). The exact variance pass runs only for
-    a row whose k sits more than 4 spreads from its mean, as in the single pass's VAR1."""
-
-    def edit(name: str, body: str) -> str:
-        m = _LOOPED_TWO_ROUNDS.search(body) if name.endswith("_looped_kernel") else None
-        if m is None:
-            return body
-        red_sum, red_var = m.groups()
-        load = _ROW_LOAD.search(m.group(0)).group(1)
-        chunk = ("        cols = start + tl.arange(0, BLOCK_N)[None, :]\n"
-                 "        mask = row_mask & ((cols < n_cols) | EVEN)\n"
-                 f"        xc = {load}\n")
-        one_pass = (
-            "\n    k = tl.load(in0_ptr + (rows * in0_s0), mask=row_mask & (rows * 0 < n_cols), "
-            "other=0.0).to(tl.float32)\n"
-            "    s1 = tl.zeros([ROWS, LANES // 8], tl.float32)\n"
-            "    s2 = tl.zeros([ROWS, LANES // 8], tl.float32)\n"
-            "    for start in range(0, n_cols, BLOCK_N):\n" + chunk +
-            "        d = tl.reshape(tl.where(mask, xc - k, 0.0), [ROWS, BLOCK_N // LANES, LANES // 8, 8])\n"
-            "        s1 += tl.sum(tl.sum(d, axis=3), axis=1)\n"
-            "        s2 += tl.sum(tl.sum(d * d, axis=3), axis=1)\n"
-            "    c1, c2 = tl.reduce((s1, s2), 1, _add_pairs)\n"
-            "    t1 = c1[:, None]\n"
-            "    t2 = c2[:, None]\n"
-            f"    {red_sum} = t1 + k * n_cols\n"
-            "    mean = k + t1 / n_cols\n"
-            f"    {red_var} = tl.maximum(t2 - t1 * t1 / n_cols, 0.0)\n"
-            f"    if tl.max((t1 * t1 / n_cols > 16.0 * {red_var}).to(tl.int32)) > 0:\n"
-            "        acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)\n"
-            "        for start in range(0, n_cols, BLOCK_N):\n"
-            + "".join("    " + ln + "\n" for ln in chunk.splitlines()) +
-            "            acc += tl.where(mask, (xc - mean) * (xc - mean), 0.0)\n"
-            f"        {red_var} = tl.sum(acc, axis=1)[:, None]\n")
-        return body[:m.start()] + one_pass + body[m.end():]
-
-    out = _edit_kernels(source, edit)
-    if out == source:
-        return source
-    head = out.index("_looped_kernel(")
-    sig_end = out.index("):\n", head)
-    out = out[:sig_end] + "    LANES: tl.constexpr,\n" + out[sig_end:]
-    return out.replace(
-        "    grid = triton.cdiv(n_rows, rows)\n",
-        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
-        "        extra[\"LANES\"] = looped_lanes(config[\"BLOCK_N\"], config[\"num_warps\"], "
-        "inputs[0].element_size())\n", 1)
 
 
 def looped_l1_weights(source: str, x_bypass: bool) -> str:
@@ -646,8 +559,6 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "fold2x": fold_twice,
     "ticket": fold_in_last_program,
     "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
-    "lnvar1c": looped_chunk_variance,
-    "lnlane": looped_lane_variance,
     "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
     "diag_now": lambda src: drop_weight_load(src, "diag_now"),
     "l1w": lambda src: looped_l1_weights(src, False),

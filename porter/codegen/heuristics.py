@@ -14,7 +14,7 @@ def _next_pow2(n):
 
 
 def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
-                    full_output=True):
+                    full_output=True, one_round_variance=False):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
     From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
@@ -26,8 +26,18 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       reads the row twice), but a looped pass over 8192-column chunks for longer rows and for
       ops that only reduce (cross-entropy: the loop keeps loads in flight; 1.35x faster).
     A reduction over a non-last dim takes 32-64 rows per program, because the rows are then the
-    contiguous direction in memory.
+    contiguous direction in memory. A kernel with a mean and a variance (one_round_variance:
+    layernorm) takes both from one reduction (VAR1) for rows of 16384+ columns, which the port
+    chose at width 32768 on the H100 and H200 (bench/NOTES.md items 37, 40); at 4096-5120 it
+    was slower on the H200.
     """
+    cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
+    if one_round_variance and n_cols > 8192:
+        cfg["VAR1"] = True
+    return cfg
+
+
+def _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output):
     block_n = _next_pow2(max(n_cols, 1))
     max_warps = max(1, max_threads // warp_size)
     looped = block_n > 32768 or (block_n > 8192 and not full_output)
@@ -43,7 +53,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
                 "num_warps": warps, "num_stages": 1}
     block = 8192 if elem_bytes <= 2 else 4096
     return {"strategy": "looped", "ROWS": 1, "BLOCK_N": block,
-            "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 2}
+            "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 1}
 
 
 def looped_lanes(block_n, num_warps, elem_bytes, warp_size=32):

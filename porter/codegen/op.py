@@ -447,7 +447,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
-        heuristics=_heuristics_source(heuristics.rowwise_default, heuristics.fold_config,
+        heuristics=_heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
+                                      heuristics.fold_config,
                                       heuristics.rowwise_full_blocks, heuristics.looped_lanes,
                                       heuristics.looped_vec))
     params = (*args.params, "n_rows")

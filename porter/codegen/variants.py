@@ -118,7 +118,9 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     elif op.plan is not None:
         cfg = heuristics.rowwise_default(sizes["n_rows"], sizes["n_cols"], eb,
                                          op._mm.get("last_dim", True), warp, max_threads,
-                                         full_output="full" in op.plan.out_kind)
+                                         full_output="full" in op.plan.out_kind,
+                                         one_round_variance=op._mm.get("one_round_variance",
+                                                                       False))
         _add_lanes(cfg, op, eb, warp)
     else:
         cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
