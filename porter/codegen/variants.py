@@ -17,8 +17,9 @@ Pruning rules (each names the limit it enforces):
 - HOIST: single-pass configs of a kernel with loads that need no reduction (weights, biases,
   targets) come also with those loads first; which order wins depends on the shape.
 - LANES: looped configs of an online softmax (softmax, cross-entropy) or a one-pass variance
-  (layernorm) name the lane positions of their running values: threads x the elements of one 16-byte load, with the target's
-  warp width (64 on AMD), so that each position stays in one thread.
+  (layernorm) name the lane positions of their running values: threads x the elements of one
+  16-byte load, with the target's warp width (64 on AMD), so that each position stays in one
+  thread.
 - VAR1: configs of a kernel with a mean and a variance (layernorm) come also with both from
   one reduction of shifted sums (looped: one pass, the sums kept per thread); faster at width
   32768, slower at 4096-5120 on the H200 (bench/NOTES.md items 36-37, 40).
