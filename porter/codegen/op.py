@@ -455,8 +455,10 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     kinds = (*args.kinds, "i32")
     var1 = ("VAR1",) if bodies.one_round_variance else ()
     pdl = ("PDL",) if bodies.post else ()
-    lanes = (("LANES",) if bodies.online_pairs else ("LANES", "VEC", "VAR1")
-             if bodies.one_round_variance else ())
+    # the looped kernel's lane constexprs: an online softmax's LANES, a one-pass variance's
+    # LANES, VEC and VAR1
+    lanes = (("LANES",) if bodies.online_pairs or bodies.one_round_variance else ()) + (
+        ("VEC", "VAR1") if bodies.one_round_variance else ())
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST", *pdl) if bodies.single_hoisted
