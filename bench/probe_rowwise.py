@@ -418,9 +418,7 @@ def flag_fold(source: str) -> str:
     out = _edit_kernels(source, edit)
     if out == source:
         return source
-    head = out.index("_looped_kernel(")
-    sig_end = out.index("):\n", head)
-    out = out[:sig_end] + "    slot_ptr,\n" + out[sig_end:]
+    out = _looped_kernel_arg(out, "slot_ptr", "_slots(device, n_rows)")
     m = _FOLD_LAUNCH.search(out)
     fold = ("    if strategy == \"looped\":\n"
             "        _probe_flag_fold[(1,)](extra[\"slot_ptr\"], outs[0], n_rows, BLOCK=fold[\"BLOCK\"],\n"
@@ -428,10 +426,6 @@ def flag_fold(source: str) -> str:
             "                               **({\"launch_pdl\": True} if pdl else {}))\n"
             "    else:\n" + "".join("    " + ln + "\n" for ln in m.group(1).splitlines()[1:]))
     out = out[:m.start()] + "\n    fold = fold_config(n_rows)\n" + fold + out[m.end():]
-    out = out.replace(
-        "    grid = triton.cdiv(n_rows, rows)\n",
-        "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
-        "        extra[\"slot_ptr\"] = _slots(device, n_rows)\n", 1)
     first = out.index("\ndef launch(")
     return out[:first] + _FLAG_FOLD + out[first:]
 
@@ -516,13 +510,20 @@ def pipelined_loops(source: str) -> str:
     out = _edit_kernels(source, edit)
     if out == source:
         return source
-    head = out.index("_looped_kernel(")
-    sig_end = out.index("):\n", head)
-    out = out[:sig_end] + "    LOOP_STAGES: tl.constexpr,\n" + out[sig_end:]
-    return out.replace(
+    return _looped_kernel_arg(out, "LOOP_STAGES: tl.constexpr", 'config.get("num_stages", 1)')
+
+
+def _looped_kernel_arg(source: str, param: str, value: str) -> str:
+    """The looped kernel with one more parameter (`param`, a signature line), which the
+    launcher passes as `value` (a launcher expression) for the looped strategy."""
+    head = source.index("_looped_kernel(")
+    sig_end = source.index("):\n", head)
+    source = source[:sig_end] + f"    {param},\n" + source[sig_end:]
+    name = param.split(":")[0]
+    return source.replace(
         "    grid = triton.cdiv(n_rows, rows)\n",
         "    grid = triton.cdiv(n_rows, rows)\n    if strategy == \"looped\":\n"
-        "        extra[\"LOOP_STAGES\"] = config.get(\"num_stages\", 1)\n", 1)
+        f"        extra[\"{name}\"] = {value}\n", 1)
 
 
 def hoist_loads(lines: list[str]) -> list[str]:

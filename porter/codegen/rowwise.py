@@ -447,7 +447,6 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     for r in plan.main:
         if r.id in paired_sums:
             continue
-        kind = r.attrs["kind"]
         if r.id in ssq:
             # max |x| and sum((|x| / max)^2) in one pass: rescale the sum when the max grows.
             s = ssq[r.id]
