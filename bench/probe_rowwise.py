@@ -26,10 +26,6 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
          (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
          single pass and the persistent kernel per row
-  fold2x ops with a scalar output (cross-entropy): the fold kernel launched twice (it is
-         idempotent), so t(fold2x) - t(base) is what the fold's launch costs
-  ticket the looped kernel folds in its last program (an atomic ticket counter that the last
-         program resets) instead of a second launch; prototype for NOTES item 38
   nopdl  the fold kernel launched after the main kernel, not early (programmatic dependent
          launch off, as PORTER_PDL=0 does)
   wbloop the persistent kernel's weight and bias loads inside its row loop (item 39)
@@ -37,11 +33,13 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   lhoist the looped kernel's target and gather loads before its loops (item 39)
   l1w    the looped kernels' weight and bias loads evict_last (kept in L1 across rows);
   l1wcg  also the row loads past L1 (.cg) (item 40)
-  flagfold cross-entropy's fold waits on its per-row words (a sentinel in those not yet
-         written) instead of on the main grid's end (item 40)
+  gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
+         item 41) on every early launch, then finds its words stamped
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
          x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
-         (no fold kernel), diag_nowait (the fold without its wait for the main grid)
+         (no fold kernel)
+  (fold2x, ticket, flagfold and diag_nowait, items 38-40, edited the fold as it was before it
+  waited on stamped words (item 41): they are at git a08c61f)
   (lnvar1c and lnlane, layernorm's looped kernel in two passes, items 39-40: the first lost,
   the second is the emitter's looped VAR1 since; both transforms are at git 34783ba)
 
@@ -219,10 +217,9 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                       "num_warps": 2}],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
-              "fold2x", "ticket", "nopdl", "wbloop", "diag_noexp",
+              "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
-              "diag_nofold", "diag_nowait", "l1w", "l1wcg",
-              "flagfold")
+              "diag_nofold", "l1w", "l1wcg", "gridwait")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -285,61 +282,6 @@ _FOLD_LAUNCH = re.compile(r"\n(    fold = fold_config\(n_rows\)\n    (\w+)_post_
                           r"(?:\n        .*)*\n    \)\n)")
 
 
-def fold_twice(source: str) -> str:
-    """fold2x: the post (fold) kernel launched twice."""
-    m = _FOLD_LAUNCH.search(source)
-    if m is None:
-        return source
-    return source[:m.end()] + m.group(1) + source[m.end():]
-
-
-_TICKETS = """
-_TICKETS = {}  # device -> the looped kernel's int32 ticket counter (zero between launches)
-
-
-def _ticket(device):
-    if device not in _TICKETS:
-        _TICKETS[device] = torch.zeros(1, dtype=torch.int32, device=device)
-    return _TICKETS[device]
-
-"""
-
-
-def fold_in_last_program(source: str) -> str:
-    """ticket: the looped kernel's last program to finish folds the per-row values (the post
-    kernel's body, its loads through L2), then resets the counter; no second launch."""
-    m = _FOLD_LAUNCH.search(source)
-    if m is None:
-        return source
-    kname = m.group(2)
-    post_at = source.index(f"def {kname}_post_kernel(")
-    body_at = source.index("):\n", post_at) + 3
-    post = source[body_at:source.index("\n\n\n", body_at)].splitlines()
-    post = [ln.replace("BLOCK", "FOLD_BLOCK").replace("other=0.0)", 'other=0.0, cache_modifier=".cg")')
-            for ln in post if not ln.strip().startswith("#")]
-    tail = ["    # every program's per-row stores before its ticket; the last ticket folds",
-            "    tl.debug_barrier()",
-            '    ticket = tl.atomic_add(ticket_ptr, 1, sem="acq_rel")',
-            "    if ticket == tl.num_programs(0) - 1:",
-            *["    " + ln for ln in post],
-            "        tl.atomic_xchg(ticket_ptr, 0)"]
-    head = f"def {kname}_looped_kernel("
-    at = source.index(head)
-    sig_end = source.index("):\n", at)
-    body_end = source.index("\n\n\n", sig_end)
-    out = (source[:sig_end] + "    ticket_ptr,\n    FOLD_BLOCK: tl.constexpr,\n"
-           + source[sig_end:body_end] + "\n" + "\n".join(tail) + source[body_end:])
-    m = _FOLD_LAUNCH.search(out)
-    launch = "".join("    " + ln + "\n" for ln in m.group(1).splitlines())
-    out = out[:m.start()] + '\n    if strategy != "looped":\n' + launch + out[m.end():]
-    out = out.replace('    grid = triton.cdiv(n_rows, rows)\n',
-                      '    grid = triton.cdiv(n_rows, rows)\n    if strategy == "looped":\n'
-                      '        extra["ticket_ptr"] = _ticket(device)\n'
-                      '        extra["FOLD_BLOCK"] = fold_config(n_rows)["BLOCK"]\n', 1)
-    first = out.index("\ndef launch(")
-    return out[:first] + _TICKETS + out[first:]
-
-
 def looped_l1_weights(source: str, x_bypass: bool) -> str:
     """l1w: the looped kernels' weight and bias loads marked evict_last, so that the SM's L1
     keeps a row's weights for the next row instead of reading them through L2 again; l1wcg
@@ -358,76 +300,11 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
     return _edit_kernels(source, edit)
 
 
-_FLAG_FOLD = """
-
-# flagfold: each row's (loss, count) pair as one 64-bit word; a word whose low half holds
-# _SENTINEL (-1.0, never a count) is not written yet. The fold waits on the words themselves.
-_SENTINEL = 0xBF800000
-_SLOTS = {}  # (device, stream) -> int64 words, _SENTINEL between launches
-
-
-def _slots(device, n):
-    key = (device, torch.cuda.current_stream(device).cuda_stream if device.type == "cuda" else 0)
-    have = _SLOTS.get(key)
-    if have is None or have.numel() < n:
-        _SLOTS[key] = have = torch.full((max(n, 1024),), _SENTINEL, dtype=torch.int64, device=device)
-    return have
-
-
-@triton.jit
-def _probe_flag_fold(slot_ptr, out0_ptr, n_rows, BLOCK: tl.constexpr):
-    # launched early (PDL) or after the main grid: spins on each block of words until every
-    # one is written, then sums the pairs in a fixed order and puts the sentinel back
-    acc_l = tl.zeros([BLOCK], tl.float32)
-    acc_c = tl.zeros([BLOCK], tl.float32)
-    for start in range(0, n_rows, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        m = offs < n_rows
-        w = tl.load(slot_ptr + offs, mask=m, other=0, volatile=True)
-        while tl.sum(((w & 0xFFFFFFFF) == 0xBF800000).to(tl.int32), axis=0) > 0:
-            w = tl.load(slot_ptr + offs, mask=m, other=0, volatile=True)
-        acc_c += (w & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)
-        acc_l += (w >> 32).to(tl.uint32).to(tl.float32, bitcast=True)
-        tl.store(slot_ptr + offs, tl.full([BLOCK], 0xBF800000, tl.int64), mask=m)
-    total_l = tl.sum(acc_l, axis=0)
-    total_c = tl.sum(acc_c, axis=0)
-    tl.store(out0_ptr, (total_l / total_c).to(out0_ptr.dtype.element_ty))
-"""
-_TMP_STORE = re.compile(r"\n    tl\.store\((tmp[01])_ptr \+ rows, \((v\d+)\)\.to\(tl\.float32\), "
-                        r"mask=row_mask\)")
-
-
-def flag_fold(source: str) -> str:
-    """flagfold: cross-entropy's fold reads words that the looped kernel's programs write,
-    each word its row's (loss, count) pair, and waits on the words themselves (a sentinel in
-    the words not yet written) instead of on the grid's end (PDL's gdc_wait): item 40 measured
-    the fold at ~3.3 us, all of it waiting for the grid to complete and flush (diag_nowait)."""
-
-    def edit(name: str, body: str) -> str:
-        if not name.endswith("_looped_kernel"):
-            return body
-        stores = dict(_TMP_STORE.findall(body))
-        if set(stores) != {"tmp0", "tmp1"}:
-            return body
-        body = _TMP_STORE.sub("", body)
-        return body + (
-            f"\n    c_bits = ({stores['tmp0']}).to(tl.float32).to(tl.uint32, bitcast=True).to(tl.int64)"
-            f"\n    l_bits = ({stores['tmp1']}).to(tl.float32).to(tl.uint32, bitcast=True).to(tl.int64)"
-            "\n    tl.store(slot_ptr + rows, (l_bits << 32) | c_bits, mask=row_mask)")
-
-    out = _edit_kernels(source, edit)
-    if out == source:
-        return source
-    out = _looped_kernel_arg(out, "slot_ptr", "_slots(device, n_rows)")
-    m = _FOLD_LAUNCH.search(out)
-    fold = ("    if strategy == \"looped\":\n"
-            "        _probe_flag_fold[(1,)](extra[\"slot_ptr\"], outs[0], n_rows, BLOCK=fold[\"BLOCK\"],\n"
-            "                               num_warps=fold[\"num_warps\"],\n"
-            "                               **({\"launch_pdl\": True} if pdl else {}))\n"
-            "    else:\n" + "".join("    " + ln + "\n" for ln in m.group(1).splitlines()[1:]))
-    out = out[:m.start()] + "\n    fold = fold_config(n_rows)\n" + fold + out[m.end():]
-    first = out.index("\ndef launch(")
-    return out[:first] + _FLAG_FOLD + out[first:]
+def fold_after_grid_wait(source: str) -> str:
+    """gridwait: the fold waits for the main grid to complete and flush (griddepcontrol.wait)
+    before it polls its words on every early launch, not only under CUDA-graph capture: the
+    fold as it was before item 41, so t(gridwait) - t(base) is what polling the words saves."""
+    return source.replace("GRID_WAIT=captured and pdl,", "GRID_WAIT=pdl,")
 
 
 _DIAG_LOADS = {"diag_nob": ("in2_ptr", "0.0"), "diag_now": ("in1_ptr", "1.0")}
@@ -557,16 +434,13 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "ffma": exp_as_ffma,
     "lse1": one_round_lse,
     "masked": lambda src: src.replace(" | EVEN", ""),
-    "fold2x": fold_twice,
-    "ticket": fold_in_last_program,
     "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
     "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
     "diag_now": lambda src: drop_weight_load(src, "diag_now"),
     "l1w": lambda src: looped_l1_weights(src, False),
     "l1wcg": lambda src: looped_l1_weights(src, True),
-    "flagfold": flag_fold,
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
-    "diag_nowait": lambda src: src.replace("        tl.extra.cuda.gdc_wait()", "        pass"),
+    "gridwait": fold_after_grid_wait,
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,
     "piped": pipelined_loops,

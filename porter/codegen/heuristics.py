@@ -113,9 +113,11 @@ def fold_config(n_rows):
 
     One program reads every row's value, so its time is load latency: a block as wide as the
     rows (up to 8192) issues all loads at once instead of one 1024-block after another.
+    MAX_SPINS: its polls of one block of words before it gives up and returns NaN, ~4 s (a
+    poll is an L2 round trip): far past any main grid, short of a hang.
     """
     block = min(max(_next_pow2(n_rows), 1024), 8192)
-    return {"BLOCK": block, "num_warps": min(max(block // 512, 4), 16)}
+    return {"BLOCK": block, "num_warps": min(max(block // 512, 4), 16), "MAX_SPINS": 1 << 22}
 
 
 def tma_transposed(stride_r, stride_c, elem_bytes):

@@ -52,8 +52,9 @@ _ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_b
 class KernelInfo:
     """One @triton.jit kernel of the module, and how to build its cross-compile signature.
 
-    params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>"/"ptr:tmp<i>",
-    "i64", "i32", "cstride:<in k|out j>:<dim>" (a unit-stride constexpr), and for the TMA matmul
+    params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>", "ptr:words" and
+    "stamp" (a fold's words and the call's stamp), "i64", "i32", "cstride:<in k|out j>:<dim>"
+    (a unit-stride constexpr), and for the TMA matmul
     "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
     its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
@@ -251,8 +252,10 @@ class GeneratedOp:
                     sig[p] = "*" + TRITON_DTYPE[inputs[int(kind[6:])].dtype]
                 elif kind.startswith("ptr:out"):
                     sig[p] = "*" + TRITON_DTYPE[specs[int(kind[7:])][1]]
-                elif kind.startswith("ptr:tmp"):
-                    sig[p] = "*fp32"
+                elif kind == "ptr:words":
+                    sig[p] = "*i64"
+                elif kind == "stamp":
+                    sig[p] = "i64:16"  # an epoch << 32: the JIT sees a multiple of 16
                 else:
                     # The JIT specializes ints divisible by 16 at launch; say so here too, or
                     # the cross-compiled kernel is not the one that runs (no vector loads).
@@ -303,6 +306,10 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("HOIST", False))
     if name == "VAR1":
         return bool(config.get("VAR1", False))
+    if name == "MAX_SPINS":  # as the rowwise launcher sets it
+        return heuristics.fold_config(int(ints["n_rows"]))["MAX_SPINS"]
+    if name == "GRID_WAIT":  # the fold under CUDA-graph capture only
+        return False
     if name == "PDL":
         # the fold's programmatic dependent launch (sm_90+ at run time): the compile check
         # builds without its two grid-dependency instructions, which take no registers
@@ -475,8 +482,9 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                    tuple(args.launch_exprs)),
     ]
     if bodies.post:
-        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds, ("BLOCK", "PDL"),
-                                  ("*",), tuple(args.launch_exprs)))
+        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds,
+                                  ("BLOCK", "MAX_SPINS", "GRID_WAIT"), ("*",),
+                                  tuple(args.launch_exprs)))
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
     op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
               "hoist": bodies.single_hoisted is not None,

@@ -202,11 +202,17 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
                     f"({val}).to({ptr}.dtype.element_ty), mask={mask})")
 
     def store_post_inputs(em: Emitter) -> None:
+        # one 64-bit word per row and folded value: this call's stamp in the high half, the
+        # value's fp32 bits in the low half, in one store, so the fold can wait on the word
+        if not plan.post:
+            return
+        words = args.add("words_ptr", "words", "ptr:words")
+        stamp = args.add("stamp", "stamp", "stamp")
         for i, p in enumerate(plan.post):
             x = p.args[0]
             val = em.eval(x, _coords_for(plan, x, rc))
-            ptr = args.add(f"tmp{i}_ptr", f"tmps[{i}]", f"ptr:tmp{i}")
-            em.emit(f"tl.store({ptr} + rows, ({val}).to(tl.float32), mask=row_mask)")
+            em.emit(f"tl.store({words} + {i} * n_rows + rows, {stamp} | ({val}).to(tl.float32)"
+                    ".to(tl.uint32, bitcast=True).to(tl.int64), mask=row_mask)")
 
     variance = _variance_pairs(plan)
     variance_second = {s.id for s in variance.values()}
@@ -513,18 +519,34 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     post = None
     if plan.post:
         em = Emitter(g, args)
+        em.emit("late = False  # a word never stamped within MAX_SPINS polls: the result is NaN")
         for i, p in enumerate(plan.post):
             kind = p.attrs["kind"]
             em.emit(f"pacc{i} = tl.full([BLOCK], {IDENTITY[kind]}, tl.float32)")
         em.emit("for start in range(0, n_rows, BLOCK):")
         em.emit("    offs = start + tl.arange(0, BLOCK)")
         em.emit("    m = offs < n_rows")
+        loads = [f"    w{i} = tl.load(words_ptr + {i} * n_rows + offs, mask=m, other=stamp, "
+                 "volatile=True)" for i in range(len(plan.post))]
+        unstamped = " | ".join(f"((w{i} >> 32) != (stamp >> 32))" for i in range(len(plan.post)))
+        for ln in loads:
+            em.emit(ln)
+        em.emit("    spins = 0")
+        em.emit(f"    while (tl.max(({unstamped}).to(tl.int32), axis=0) > 0) & (spins < MAX_SPINS):")
+        for ln in loads:
+            em.emit("    " + ln)
+        em.emit("        spins += 1")
+        em.emit(f"    late = late | (tl.max(({unstamped}).to(tl.int32), axis=0) > 0)")
         for i, p in enumerate(plan.post):
             kind = p.attrs["kind"]
+            bits = f"(w{i} & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)"
             em.emit(f"    pacc{i} = " + COMBINE[kind].format(
-                a=f"pacc{i}", b=f"tl.load(tmp{i}_ptr + offs, mask=m, other={IDENTITY[kind]})"))
+                a=f"pacc{i}", b=f"tl.where(m, {bits}, {IDENTITY[kind]})"))
+            # zeroed after use: a later call's fold never takes this call's words for its own
+            em.emit(f"    tl.store(words_ptr + {i} * n_rows + offs, tl.zeros([BLOCK], tl.int64), mask=m)")
         for i, p in enumerate(plan.post):
-            em.reduced[p.id] = em.tmp(f"{REDUCE[p.attrs['kind']]}(pacc{i}, axis=0)", "total")
+            total = em.tmp(f"{REDUCE[p.attrs['kind']]}(pacc{i}, axis=0)", "total")
+            em.reduced[p.id] = em.tmp(f"tl.where(late, float('nan'), {total})", "total")
         for j, (o, kind) in enumerate(outs):
             if kind == "scalar":
                 val = em.eval(o, ())

@@ -231,8 +231,8 @@ def test_fold_over_more_rows_than_one_block() -> None:
     op = check(mse, (a, b), "mse_fold", torch.float32)
     (post,) = [r for r in op.kernel_refs((a, b)) if r.name.endswith("_post_kernel")]
     assert post.constexprs["BLOCK"] == 8192
-    assert heuristics.fold_config(4096) == {"BLOCK": 4096, "num_warps": 8}
-    assert heuristics.fold_config(7) == {"BLOCK": 1024, "num_warps": 4}
+    assert heuristics.fold_config(4096) == {"BLOCK": 4096, "num_warps": 8, "MAX_SPINS": 1 << 22}
+    assert heuristics.fold_config(7) == {"BLOCK": 1024, "num_warps": 4, "MAX_SPINS": 1 << 22}
 
 
 def _kernel_body(src: str, name: str) -> list[str]:
@@ -242,10 +242,12 @@ def _kernel_body(src: str, name: str) -> list[str]:
     return [ln for ln in body.splitlines() if not ln.strip().startswith("#")]
 
 
-def test_fold_launches_early_and_waits_for_the_main_grid() -> None:
-    # Programmatic dependent launch: every main kernel lets the fold launch first thing, the
-    # fold waits for the main grid before its first load, and only where _pdl says so (never
-    # on the CPU interpreter, where the constexpr branches are dead).
+def test_fold_launches_early_and_waits_on_stamped_words() -> None:
+    # Programmatic dependent launch: every main kernel lets the fold launch first thing, and only
+    # where _pdl says so (never on the CPU interpreter, where the constexpr branches are dead).
+    # The fold does not wait for the whole grid (griddepcontrol.wait) outside CUDA-graph capture:
+    # it polls its words until each carries the call's stamp, reading past L1 (volatile), and
+    # zeroes them after use.
     x = rand(16, 1000)
     t = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(0))
     op = check(cross_entropy, (x, t), "cross_entropy_pdl", torch.float32)
@@ -253,14 +255,98 @@ def test_fold_launches_early_and_waits_for_the_main_grid() -> None:
     for strategy in ("single_pass", "looped", "persistent", "two_block"):
         body = _kernel_body(src, f"_cross_entropy_pdl_{strategy}_kernel")
         assert body[:2] == ["    if PDL:", "        tl.extra.cuda.gdc_launch_dependents()"]
-    post = _kernel_body(src, "_cross_entropy_pdl_post_kernel")
-    assert post[0] == "    if PDL:" and post[1].strip().startswith("tl.extra.cuda.gdc_wait()")
-    assert '**({"launch_pdl": True} if pdl else {})' in src and "PDL=pdl," in src
+        stores = [ln for ln in body if "tl.store(words_ptr" in ln]
+        assert len(stores) >= 2 and all("stamp | (" in ln for ln in stores), strategy
+    post_lines = _kernel_body(src, "_cross_entropy_pdl_post_kernel")
+    # the grid wait only under CUDA-graph capture, where the launcher sets GRID_WAIT
+    assert post_lines[:2] == ["    if GRID_WAIT:", "        tl.extra.cuda.gdc_wait()"]
+    assert "GRID_WAIT=captured and pdl," in src
+    post = "\n".join(post_lines[2:])
+    assert "gdc_wait" not in post and "while (" in post and "spins < MAX_SPINS" in post
+    assert post.count("volatile=True") == 4  # two words per row, before and inside the poll
+    assert post.count("tl.zeros([BLOCK], tl.int64)") == 2
+    assert '**({"launch_pdl": True} if pdl else {})' in src
     mod = load_generated_module(src, "cross_entropy_pdl_host", interpret=True)
     assert mod._pdl(torch.device("cpu")) is False
     # an op without a fold has no such launch
     sm = generate(softmax, (x,), name="softmax_no_pdl").triton_module_source()
-    assert "PDL" not in sm and "gdc_" not in sm
+    assert "PDL" not in sm and "gdc_" not in sm and "words_ptr" not in sm
+
+
+def _fold_module(name: str) -> Any:
+    x = rand(16, 1000)
+    t = torch.randint(0, 1000, (16,), generator=torch.Generator().manual_seed(0))
+    op = generate(cross_entropy, (x, t), name=name)
+    return load_generated_module(op.triton_module_source(), name, interpret=True)
+
+
+def test_fold_words_take_a_new_stamp_each_call_and_are_zeroed_after_use() -> None:
+    # A call whose fold never ran (interrupted between the two launches) leaves its words
+    # stamped; the next call's stamp differs, so its fold does not take them for its own.
+    mod = _fold_module("cross_entropy_words")
+    dev = torch.device("cpu")
+    words, stamp, captured = mod._fold_words(dev, 32)
+    again, stamp2, _ = mod._fold_words(dev, 32)
+    assert again is words and stamp2 == stamp + (1 << 32) and stamp % (1 << 32) == 0
+    assert captured is False
+    bigger, stamp3, _ = mod._fold_words(dev, 5000)  # more rows: a larger buffer, the epoch goes on
+    assert bigger.numel() >= 5000 and stamp3 == stamp2 + (1 << 32)
+    # another thread: its own words, so no other call runs between a call's two launches
+    import threading
+
+    other = []
+    th = threading.Thread(target=lambda: other.append(mod._fold_words(dev, 32)))
+    th.start()
+    th.join()
+    assert other[0][0] is not bigger and other[0][1] == 1 << 32
+    # the epoch wraps within 1 .. 2**31 - 1: a stamp is never a zeroed word's and never negative
+    key = next(k for k in mod._WORDS if k[2] == threading.get_ident())
+    mod._WORDS[key] = (bigger, 2**31 - 1)
+    assert mod._fold_words(dev, 32)[1] == 1 << 32
+    # a full call leaves every word it used zeroed, under any strategy
+    for seed, strategy in enumerate(("looped", "single_pass", "persistent", "two_block")):
+        x = rand(37, 1023, seed=seed)
+        t = torch.randint(0, 1023, (37,), generator=torch.Generator().manual_seed(seed))
+        t[3] = -100
+        block_n = {"looped": 256, "two_block": 512}.get(strategy, 1024)
+        cfg = {"strategy": strategy, "ROWS": 2, "BLOCK_N": block_n, "num_warps": 2,
+               "BLOCK_TAIL": 512}
+        got = mod.launch(x, t, config=cfg)
+        want = F.cross_entropy(x.double(), t)
+        assert abs(got.item() - want.item()) <= 1e-5 * abs(want.item()), strategy
+        assert bool((mod._WORDS[key][0][:2 * 37] == 0).all()), strategy
+
+
+def test_fold_returns_nan_rather_than_hang_on_words_never_stamped() -> None:
+    # The fold polls a block of words at most MAX_SPINS times; words that never carry the
+    # call's stamp (a stale call's, or never written) give NaN, not another call's values.
+    mod = _fold_module("cross_entropy_spins")
+    x = rand(8, 1000)
+    t = torch.randint(0, 1000, (8,), generator=torch.Generator().manual_seed(0))
+    out = torch.empty((), dtype=torch.float32)
+    bits = torch.tensor([1.0] * 8 + [2.5] * 8, dtype=torch.float32).view(torch.int32)
+    low = bits.to(torch.int64) & 0xFFFFFFFF
+
+    def fold(words: torch.Tensor, stamp: int) -> float:
+        out.fill_(-1.0)
+        mod._cross_entropy_spins_post_kernel[(1,)](
+            *[{"words_ptr": words, "stamp": stamp, "out0_ptr": out, "n_rows": 8}.get(p, v)
+              for p, v in _post_args(mod, x, t)], BLOCK=1024, MAX_SPINS=3, GRID_WAIT=False)
+        return out.item()
+
+    assert fold(low | (7 << 32), 7 << 32) == 2.5  # (8 * 2.5) / (8 * 1.0): the mean loss
+    assert torch.isnan(torch.tensor(fold(low | (6 << 32), 7 << 32)))  # last call's words
+
+
+def _post_args(mod: Any, x: torch.Tensor, t: torch.Tensor) -> list[tuple[str, Any]]:
+    """The post kernel's runtime parameters with the launcher's values for (x, t)."""
+    import inspect
+
+    params = [p for p in inspect.signature(mod._cross_entropy_spins_post_kernel.fn).parameters
+              if p not in ("BLOCK", "MAX_SPINS", "GRID_WAIT")]
+    given = {"in0_ptr": x, "in0_s0": x.stride(0), "in0_cs1": x.stride(1), "in0_s1": x.stride(1),
+             "in1_ptr": t, "in1_s0": t.stride(0), "sz0": x.shape[1]}
+    return [(p, given.get(p)) for p in params]
 
 
 def test_looped_layernorm_var1_keeps_its_sums_in_each_thread() -> None:
@@ -284,10 +370,12 @@ def test_looped_layernorm_var1_keeps_its_sums_in_each_thread() -> None:
 
 @pytest.mark.gpu
 def test_fold_after_an_early_launch_sees_every_row_on_the_gpu(monkeypatch) -> None:
-    # On sm_90+ the fold launches while the main grid runs (PDL); a missing wait would read
-    # per-row values not yet stored (the tmp buffers are fresh torch.empty each call). fp32
+    # On sm_90+ the fold launches while the main grid runs (PDL); a fold that took a word
+    # before this call stamped it would read the last call's value (the words are kept). fp32
     # logits, so the loss is fp32 too: a row of 4096 missed or stale moves the mean by its
-    # difference / 4096 (~3e-5 of it), above the 1e-5 tolerance.
+    # difference / 4096 (~3e-5 of it), above the 1e-5 tolerance. Also: an interrupted call
+    # (main grid run, fold not) before each trial, and the same call captured in a CUDA graph
+    # and replayed on new data.
     if torch.cuda.get_device_capability()[0] < 9:
         pytest.skip("programmatic dependent launch needs sm_90 or newer")
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # this file interprets; Triton reads it to compile
@@ -303,8 +391,32 @@ def test_fold_after_an_early_launch_sees_every_row_on_the_gpu(monkeypatch) -> No
         x.normal_().mul_(4)
         t.random_(0, 8192)
         want = F.cross_entropy(x.double(), t)
+        if trial % 2:
+            _interrupted_call(mod, x.flip(0), t, cfg)
         got = mod.launch(x, t, config=cfg)
         assert abs(got.item() - want.item()) <= 1e-5 * abs(want.item()), trial
+    out = torch.empty((), device=dev)
+    mod.launch(x, t, out=out, config=cfg)  # compiled before the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mod.launch(x, t, out=out, config=cfg)
+    for trial in range(5):
+        x.normal_().mul_(4)
+        t.random_(0, 8192)
+        graph.replay()
+        want = F.cross_entropy(x.double(), t)
+        assert abs(out.item() - want.item()) <= 1e-5 * abs(want.item()), trial
+
+
+def _interrupted_call(mod: Any, x: torch.Tensor, t: torch.Tensor, cfg: dict[str, Any]) -> None:
+    """What a call interrupted between its two launches leaves: its main grid's words, stamped
+    with its own epoch, and no fold. The launcher's kernel launch, with the fold's left out."""
+    real = mod._cross_entropy_pdl_gpu_post_kernel
+    mod._cross_entropy_pdl_gpu_post_kernel = {(1,): lambda *a, **k: None}
+    try:
+        mod.launch(x, t, config=cfg)
+    finally:
+        mod._cross_entropy_pdl_gpu_post_kernel = real
 
 
 @pytest.mark.parametrize(("dim", "keepdim", "kind"), [
