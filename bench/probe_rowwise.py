@@ -33,6 +33,8 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   lhoist the looped kernel's target and gather loads before its loops (item 39)
   l1w    the looped kernels' weight and bias loads evict_last (kept in L1 across rows);
   l1wcg  also the row loads past L1 (.cg) (item 40)
+  foldb<N> the fold polls and sums blocks of N rows (256-4096) instead of fold_config's
+         (as wide as the rows, up to 8192): a narrower last poll once the grid ends (item 41)
   gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
          item 41) on every early launch, then finds its words stamped
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
@@ -219,7 +221,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
-              "diag_nofold", "l1w", "l1wcg", "gridwait")
+              "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
+              "foldb2048", "foldb4096")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -298,6 +301,14 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
         return body
 
     return _edit_kernels(source, edit)
+
+
+def fold_block(source: str, block: int) -> str:
+    """foldb<N>: the fold kernel over blocks of `block` rows (warps as fold_config gives a
+    block that wide)."""
+    warps = min(max(block // 512, 4), 16)
+    return source.replace("    fold = fold_config(n_rows)\n",
+                          f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, "num_warps": {warps}}}\n')
 
 
 def fold_after_grid_wait(source: str) -> str:
@@ -441,6 +452,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "l1wcg": lambda src: looped_l1_weights(src, True),
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "gridwait": fold_after_grid_wait,
+    **{f"foldb{n}": (lambda src, n=n: fold_block(src, n)) for n in (256, 512, 1024, 2048, 4096)},
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,
     "piped": pipelined_loops,

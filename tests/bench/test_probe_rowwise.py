@@ -108,6 +108,7 @@ def test_diagnostics_drop_what_they_name() -> None:
     # polled its words (the launcher sets GRID_WAIT under CUDA-graph capture only)
     assert "GRID_WAIT=captured and pdl," in base
     assert "GRID_WAIT=pdl," in transform(base, "gridwait")
+    assert '"BLOCK": 512, "num_warps": 4}' in transform(base, "foldb512")
 
 
 def test_wbloop_loads_weights_in_the_row_loop_and_stays_right() -> None:
