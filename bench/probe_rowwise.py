@@ -304,8 +304,8 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
 
 
 def fold_block(source: str, block: int) -> str:
-    """foldb<N>: the fold kernel over blocks of `block` rows (warps as fold_config gives a
-    block that wide)."""
+    """foldb<N>: the fold kernel over blocks of `block` rows, with block / 512 warps (4 at
+    least; fold_config's rule when it was measured)."""
     warps = min(max(block // 512, 4), 16)
     return source.replace("    fold = fold_config(n_rows)\n",
                           f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, "num_warps": {warps}}}\n')
