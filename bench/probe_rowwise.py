@@ -281,7 +281,7 @@ def one_round_lse(source: str) -> str:
     return _with_helper(source, _edit_kernels(source, edit), _LSE)
 
 
-_FOLD_LAUNCH = re.compile(r"\n(    fold = fold_config\(n_rows\)\n    (\w+)_post_kernel\[\(1,\)\]\("
+_FOLD_LAUNCH = re.compile(r"\n(    fold = fold_config\(n_rows, beside_grid=pdl and not captured\)\n    (\w+)_post_kernel\[\(1,\)\]\("
                           r"(?:\n        .*)*\n    \)\n)")
 
 
@@ -305,9 +305,9 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
 
 def fold_block(source: str, block: int) -> str:
     """foldb<N>: the fold kernel over blocks of `block` rows, with block / 512 warps (4 at
-    least; fold_config's rule when it was measured)."""
+    least; fold_config's rule)."""
     warps = min(max(block // 512, 4), 16)
-    return source.replace("    fold = fold_config(n_rows)\n",
+    return source.replace("    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n",
                           f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, "num_warps": {warps}}}\n')
 
 

@@ -108,19 +108,21 @@ def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     return {"strategy": "flat", "BLOCK": block, "num_warps": warps, "num_stages": 1}
 
 
-def fold_config(n_rows):
+def fold_config(n_rows, beside_grid=True):
     """Block and warps of the one-program kernel that folds per-row values (a loss's mean).
 
-    The fold runs beside the main grid (launched early) and polls each block of per-row words
-    until the grid has stamped them all, so its time after the grid ends is the last block's
-    poll and sum. Blocks of up to 2048 rows: 4096-8192 (a poll over every row at once, when the
-    fold ran after the grid) made the last poll 1.5-2% slower on the H200, 512 and 256 (polls one
-    after another) 2-14% slower (bench/NOTES.md item 41).
+    beside_grid: the fold was launched early and polls each block of per-row words until the
+    main grid has stamped them all, so its time after the grid ends is the last block's poll and
+    sum: blocks of up to 2048 rows. 4096-8192 made that last poll 1.5-2% slower on the H200,
+    512 and 256 (polls one after another) 2-14% slower (bench/NOTES.md item 41).
+    Otherwise (no early launch, or a captured call that waits for the grid) it runs after the
+    grid, and a block as wide as the rows (up to 8192) issues all loads at once instead of one
+    block after another.
     MAX_SPINS: its polls of one block of words before it gives up and returns NaN, ~4 s (a
     poll is an L2 round trip): far past any main grid, short of a hang.
     """
-    block = min(max(_next_pow2(n_rows), 1024), 2048)
-    return {"BLOCK": block, "num_warps": 4, "MAX_SPINS": 1 << 22}
+    block = min(max(_next_pow2(n_rows), 1024), 2048 if beside_grid else 8192)
+    return {"BLOCK": block, "num_warps": min(max(block // 512, 4), 16), "MAX_SPINS": 1 << 22}
 
 
 def tma_transposed(stride_r, stride_c, elem_bytes):

@@ -328,6 +328,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
+        # the fold beside the grid (sm_90+'s launch); elsewhere the launcher's block is wider
+        # but each thread holds as many words (warps grow with the block)
         return heuristics.fold_config(int(ints["n_rows"]))["BLOCK"]
     return config[name]
 

@@ -233,6 +233,9 @@ def test_fold_over_more_rows_than_one_block() -> None:
     assert post.constexprs["BLOCK"] == 2048
     assert heuristics.fold_config(4096) == {"BLOCK": 2048, "num_warps": 4, "MAX_SPINS": 1 << 22}
     assert heuristics.fold_config(7) == {"BLOCK": 1024, "num_warps": 4, "MAX_SPINS": 1 << 22}
+    # after the grid (no early launch, or a captured call): one block as wide as the rows
+    assert heuristics.fold_config(4097, beside_grid=False)["BLOCK"] == 8192
+    assert heuristics.fold_config(4097, beside_grid=False)["num_warps"] == 16
 
 
 def _kernel_body(src: str, name: str) -> list[str]:
