@@ -35,6 +35,8 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   l1wcg  also the row loads past L1 (.cg) (item 40)
   foldb<N> the fold polls and sums blocks of N rows (256-4096) instead of fold_config's
          (as wide as the rows, up to 8192): a narrower last poll once the grid ends (item 41)
+  spinlast the fold first spins on one word, the last row's (usually the last written), one
+         scalar load per poll and no block reduction, before it polls whole blocks (item 41)
   gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
          item 41) on every early launch, then finds its words stamped
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
@@ -222,7 +224,7 @@ TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096")
+              "foldb2048", "foldb4096", "spinlast")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -309,6 +311,24 @@ def fold_block(source: str, block: int) -> str:
     warps = min(max(block // 512, 4), 16)
     return source.replace("    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n",
                           f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, "num_warps": {warps}}}\n')
+
+
+def spin_on_last_word(source: str) -> str:
+    """spinlast: before its block loop the fold waits on the last row's last word alone (a
+    scalar poll: one load, no block-wide reduction), so that while the grid runs it issues
+    little beside the main programs on its SM; the block polls then find the words stamped."""
+    at = source.find("_post_kernel(")
+    if at < 0:
+        return source
+    loop = source.index("    for start in range(0, n_rows, BLOCK):\n", at)
+    posts = len(re.findall(r"\n        w\d+ = tl\.load", source[loop:source.index("spins = 0", loop)]))
+    word = f"words_ptr + {posts - 1} * n_rows + n_rows - 1"
+    spin = (f"    last = tl.load({word}, mask=n_rows > 0, other=stamp, volatile=True)\n"
+            "    spins = 0\n"
+            "    while ((last >> 32) != (stamp >> 32)) & (spins < MAX_SPINS):\n"
+            f"        last = tl.load({word}, mask=n_rows > 0, other=stamp, volatile=True)\n"
+            "        spins += 1\n")
+    return source[:loop] + spin + source[loop:]
 
 
 def fold_after_grid_wait(source: str) -> str:
@@ -452,6 +472,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "l1wcg": lambda src: looped_l1_weights(src, True),
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "gridwait": fold_after_grid_wait,
+    "spinlast": spin_on_last_word,
     **{f"foldb{n}": (lambda src, n=n: fold_block(src, n)) for n in (256, 512, 1024, 2048, 4096)},
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,

@@ -111,6 +111,21 @@ def test_diagnostics_drop_what_they_name() -> None:
     assert '"BLOCK": 512, "num_warps": 4}' in transform(base, "foldb512")
 
 
+def test_spinlast_waits_on_the_last_word_and_stays_right() -> None:
+    spec, gen_op = generated("cross_entropy")
+    src = transform(gen_op.triton_module_source(), "spinlast")
+    assert "last = tl.load(words_ptr + 1 * n_rows + n_rows - 1, mask=n_rows > 0" in src
+    module = load_generated_module(src, "probe_spinlast", interpret=True)
+    for strategy, block in (("looped", 256), ("single_pass", 1024)):
+        inputs = spec.make_inputs((37, 1023), torch.float32, torch.device("cpu"),
+                                  torch.Generator().manual_seed(block))
+        inputs[1][3] = -100
+        got = module.launch(*inputs, config={"strategy": strategy, "ROWS": 1, "BLOCK_N": block,
+                                             "num_warps": 2})
+        want = spec.reference(*[x.double() if x.is_floating_point() else x for x in inputs])
+        torch.testing.assert_close(got.double(), want.double(), atol=1e-5, rtol=1e-5)
+
+
 def test_wbloop_loads_weights_in_the_row_loop_and_stays_right() -> None:
     _, gen_op = generated("layernorm")
     src = transform(gen_op.triton_module_source(), "wbloop")
