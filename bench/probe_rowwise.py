@@ -33,8 +33,9 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   lhoist the looped kernel's target and gather loads before its loops (item 39)
   l1w    the looped kernels' weight and bias loads evict_last (kept in L1 across rows);
   l1wcg  also the row loads past L1 (.cg) (item 40)
-  foldb<N> the fold polls and sums blocks of N rows (256-4096) instead of fold_config's
+  foldb<N> the fold polls and sums blocks of N rows (256-8192) instead of fold_config's
          (as wide as the rows, up to 8192): a narrower last poll once the grid ends (item 41)
+  nozero the fold leaves its words as they are after use (no zeroing stores)
   spinlast the fold first spins on one word, the last row's (usually the last written), one
          scalar load per poll and no block reduction, before it polls whole blocks (item 41)
   gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
@@ -224,7 +225,7 @@ TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "spinlast")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast", "nozero")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -473,7 +474,9 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "gridwait": fold_after_grid_wait,
     "spinlast": spin_on_last_word,
-    **{f"foldb{n}": (lambda src, n=n: fold_block(src, n)) for n in (256, 512, 1024, 2048, 4096)},
+    "nozero": lambda src: re.sub(r"\n        tl\.store\(words_ptr \+ \d+ \* n_rows \+ offs, "
+                                 r"tl\.zeros\(\[BLOCK\], tl\.int64\), mask=m\)", "", src),
+    **{f"foldb{n}": (lambda src, n=n: fold_block(src, n)) for n in (256, 512, 1024, 2048, 4096, 8192)},
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,
     "piped": pipelined_loops,
