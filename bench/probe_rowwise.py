@@ -35,7 +35,6 @@ Transforms (applied to the @triton.jit kernels of the generated module):
   l1wcg  also the row loads past L1 (.cg) (item 40)
   foldb<N> the fold polls and sums blocks of N rows (256-8192) instead of fold_config's
          (as wide as the rows, up to 8192): a narrower last poll once the grid ends (item 41)
-  nozero the fold leaves its words as they are after use (no zeroing stores)
   spinlast the fold first spins on one word, the last row's (usually the last written), one
          scalar load per poll and no block reduction, before it polls whole blocks (item 41)
   gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
@@ -44,7 +43,8 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
          (no fold kernel)
   (fold2x, ticket, flagfold and diag_nowait, items 38-40, edited the fold as it was before it
-  waited on stamped words (item 41): they are at git a08c61f)
+  waited on stamped words (item 41): they are at git a08c61f; nozero, the fold without
+  clearing its words, is the emitter's since item 41: at git 488d44c)
   (lnvar1c and lnlane, layernorm's looped kernel in two passes, items 39-40: the first lost,
   the second is the emitter's looped VAR1 since; both transforms are at git 34783ba)
 
@@ -225,7 +225,7 @@ TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "foldb8192", "spinlast", "nozero")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -474,8 +474,6 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "diag_nofold": lambda src: _FOLD_LAUNCH.sub("\n", src, count=1),
     "gridwait": fold_after_grid_wait,
     "spinlast": spin_on_last_word,
-    "nozero": lambda src: re.sub(r"\n        tl\.store\(words_ptr \+ \d+ \* n_rows \+ offs, "
-                                 r"tl\.zeros\(\[BLOCK\], tl\.int64\), mask=m\)", "", src),
     **{f"foldb{n}": (lambda src, n=n: fold_block(src, n)) for n in (256, 512, 1024, 2048, 4096, 8192)},
     "wbloop": weights_in_row_loop,
     "diag_noexp": no_exp,

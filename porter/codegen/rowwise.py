@@ -542,8 +542,6 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
             bits = f"(w{i} & 0xFFFFFFFF).to(tl.uint32).to(tl.float32, bitcast=True)"
             em.emit(f"    pacc{i} = " + COMBINE[kind].format(
                 a=f"pacc{i}", b=f"tl.where(m, {bits}, {IDENTITY[kind]})"))
-            # zeroed after use: a later call's fold never takes this call's words for its own
-            em.emit(f"    tl.store(words_ptr + {i} * n_rows + offs, tl.zeros([BLOCK], tl.int64), mask=m)")
         for i, p in enumerate(plan.post):
             total = em.tmp(f"{REDUCE[p.attrs['kind']]}(pacc{i}, axis=0)", "total")
             em.reduced[p.id] = em.tmp(f"tl.where(late, float('nan'), {total})", "total")
