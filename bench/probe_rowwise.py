@@ -82,6 +82,7 @@ from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 from bench.sweep import local_gpu  # noqa: E402
 from bench.sweep import parse_case  # noqa: E402
+from porter.codegen import heuristics  # noqa: E402
 from porter.codegen.emit import LOG2E  # noqa: E402
 from porter.codegen.rowwise import hoist_reduction_free  # noqa: E402
 
@@ -284,7 +285,8 @@ def one_round_lse(source: str) -> str:
     return _with_helper(source, _edit_kernels(source, edit), _LSE)
 
 
-_FOLD_LAUNCH = re.compile(r"\n(    fold = fold_config\(n_rows, beside_grid=pdl and not captured\)\n    (\w+)_post_kernel\[\(1,\)\]\("
+_FOLD_CONFIG = "    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n"  # the launcher's
+_FOLD_LAUNCH = re.compile(r"\n(" + re.escape(_FOLD_CONFIG) + r"    (\w+)_post_kernel\[\(1,\)\]\("
                           r"(?:\n        .*)*\n    \)\n)")
 
 
@@ -307,11 +309,11 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
 
 
 def fold_block(source: str, block: int) -> str:
-    """foldb<N>: the fold kernel over blocks of `block` rows, with block / 512 warps (4 at
-    least; fold_config's rule)."""
-    warps = min(max(block // 512, 4), 16)
-    return source.replace("    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n",
-                          f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, "num_warps": {warps}}}\n')
+    """foldb<N>: the fold kernel over blocks of `block` rows, with the warps fold_config gives
+    a block that wide (4 at least)."""
+    warps = heuristics.fold_config(block, beside_grid=False)["num_warps"]
+    return source.replace(_FOLD_CONFIG, f'    fold = {{**fold_config(n_rows), "BLOCK": {block}, '
+                                        f'"num_warps": {warps}}}\n')
 
 
 def spin_on_last_word(source: str) -> str:
