@@ -221,6 +221,17 @@ CASES: dict[str, list[dict[str, Any]]] = {
                                       "num_warps": 4, "num_stages": 1},
                                      {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
                                       "num_warps": 2}],
+    # item 42: the looped kernels with two or four rows per program, so that the output
+    # pass's weight (and bias) loads serve ROWS rows, beside the H200 run12 picks
+    "layernorm:4096x32768:bf16@rows": [
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "VAR1": True},
+        *({"strategy": "looped", "ROWS": r, "BLOCK_N": b, "num_warps": w, "VAR1": True}
+          for r, b, w in ((1, 16384, 32), (1, 8192, 32), (2, 16384, 32), (2, 8192, 32),
+                          (2, 4096, 32), (2, 8192, 16), (4, 4096, 32), (4, 8192, 32)))],
+    "rmsnorm:4096x32768:bf16@rows": [
+        {"strategy": "looped", "ROWS": r, "BLOCK_N": b, "num_warps": w}
+        for r, b, w in ((1, 16384, 32), (2, 16384, 32), (2, 8192, 32), (2, 4096, 32),
+                        (4, 4096, 32))],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "nopdl", "wbloop", "diag_noexp",
@@ -554,6 +565,7 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
             if which != "base" and _same_kernel(src, base_src, op_name, cfg["strategy"]):
                 continue  # the transform changes another strategy's kernel, not this one's
             key = (f"{which} w{cfg['num_warps']} {cfg['strategy'][:6]} b{cfg['BLOCK_N']}"
+                   + (f" rows{cfg['ROWS']}" if cfg.get("ROWS", 1) > 1 else "")
                    + (" var1" if cfg.get("VAR1") else "")
                    + (f" st{cfg['num_stages']}" if cfg["num_stages"] > 1 else "")
                    + (f" r{cfg['maxnreg']}" if cfg.get("maxnreg") else ""))
