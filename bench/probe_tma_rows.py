@@ -208,8 +208,7 @@ def main(argv: list[str] | None = None) -> int:
         for case in args.cases.split(","):
             t0 = time.time()
             rows = probe_case(case, det.model, args.reps)
-            for r in rows:
-                f.write(json.dumps(r, default=str) + "\n")
+            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
             f.flush()
             timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
             print(f"== {case} ({time.time() - t0:.0f} s)")
