@@ -12,10 +12,15 @@ what the speed of light at that size looks like in the same counters.
         python bench/profile_rows.py
 
 Without a profiler it prints each launch's wall time (one launch, no flush: not a timing).
+`--summarize DIR` prints, from the profiler's CSVs in DIR (`ncu-full.csv`: `--set full --csv
+--page details`; `ncu-stalls.csv`: `--metrics 'regex:smsp__average_warps_issue_stalled_.*
+_per_issue_active\\.ratio' --csv --page raw`), one column per kernel's second launch: its
+throughputs, occupancy and issue, and its stall cycles per issued instruction by reason.
 """
 
 from __future__ import annotations
 
+import csv
 import sys
 import time
 from pathlib import Path
@@ -47,7 +52,48 @@ CONFIGS: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+DETAILS = ("Duration", "DRAM Throughput", "L2 Cache Throughput", "L1/TEX Cache Throughput",
+           "L2 Hit Rate", "Issue Slots Busy", "No Eligible", "Eligible Warps Per Scheduler",
+           "Registers Per Thread", "Achieved Occupancy", "Executed Instructions",
+           "Average DRAM Active Cycles")
+STALL = "smsp__average_warps_issue_stalled_"
+
+
+def _csv_rows(path: Path) -> list[list[str]]:
+    # ncu prints its own notes and the profiled program's output before the CSV lines
+    return list(csv.reader(line for line in path.open() if line.startswith('"')))
+
+
+def summarize(folder: Path) -> None:
+    """Print the profiler's CSVs in `folder` as one column per kernel (its second launch)."""
+    from tabulate import tabulate
+
+    rows = _csv_rows(folder / "ncu-full.csv")
+    head = rows[0]
+    ids: dict[str, str] = {}
+    values: dict[str, dict[str, str]] = {}
+    for r in rows[1:]:
+        ident = r[head.index("ID")]
+        ids[ident] = r[head.index("Kernel Name")].split("(")[0]
+        values.setdefault(ident, {})[r[head.index("Metric Name")]] = r[head.index("Metric Value")]
+    second = sorted(ids, key=int)[1::2]
+    names = [ids[i].strip("_").removesuffix("_kernel") for i in second]
+    table = [[m, *(values[i].get(m, "-") for i in second)] for m in DETAILS]
+    raw = _csv_rows(folder / "ncu-stalls.csv")
+    head, launches = raw[0], raw[2:][1::2]
+    for col, name in enumerate(head):
+        if name.startswith(STALL):
+            cells = [float(r[col].replace(",", "") or 0) for r in launches]
+            if max(cells) >= 0.3:
+                reason = name.removeprefix(STALL).removesuffix("_per_issue_active.ratio")
+                table.append([f"stall: {reason}", *(f"{c:.2f}" for c in cells)])
+    print(tabulate(table, headers=["metric", *names], disable_numparse=True))
+
+
 def main() -> int:
+    if sys.argv[1:2] == ["--summarize"]:
+        summarize(Path(sys.argv[2]))
+        return 0
     from porter.codegen import load_generated_module
 
     dev = torch.device("cuda")
