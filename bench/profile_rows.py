@@ -34,7 +34,6 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from bench.probe_copy_size import _copy_kernel  # noqa: E402
-
 from bench.sweep import SWEEP_TOL  # noqa: E402
 from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
