@@ -541,17 +541,83 @@ def _same_kernel(src: str, base_src: str, op_name: str, strategy: str) -> bool:
     return parts(src) == parts(base_src)
 
 
+def check_variant(fn: Callable[..., Any], spec: Any, shape: tuple[int, ...], dname: str,
+                  row: dict[str, Any], diagnostic: bool = False) -> bool:
+    """Run `fn` once on fresh inputs against the float64 reference and note the outcome in
+    `row` (max_rel_err, or error); whether it may be timed. A diagnostic is timed whatever its
+    error (marked unchecked)."""
+    dev = torch.device("cuda")
+    try:
+        inputs = spec.make_inputs(shape, DTYPES[dname], dev, torch.Generator(dev).manual_seed(7))
+        want = spec.reference(*[x.double() if isinstance(x, torch.Tensor) and
+                                x.is_floating_point() else x for x in inputs])
+        err = _max_rel_err(fn(*inputs), want)
+    except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
+        row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+        return False
+    row["max_rel_err"] = err
+    if diagnostic:
+        row["unchecked"] = True
+    elif err > SWEEP_TOL[dname]:
+        row["error"] = f"wrong: max error {err:.2e}"
+        return False
+    return True
+
+
+def copy_of_same_bytes(spec: Any, shape: tuple[int, ...], dtype: torch.dtype
+                       ) -> Callable[..., Any]:
+    """A device copy moving as many bytes as the op must (inputs read once, outputs written
+    once): the speed of light at that size, as a provider."""
+    meta = spec.make_inputs(shape, dtype, torch.device("meta"), torch.Generator().manual_seed(0))
+    outs = spec.reference(*meta)
+    outs = outs if isinstance(outs, (tuple, list)) else [outs]
+    nbytes = sum(x.numel() * x.element_size() for x in [*meta, *outs] if isinstance(x, torch.Tensor))
+    copy_src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=torch.device("cuda"))
+    copy_dst = torch.empty_like(copy_src)
+    return lambda *a: copy_dst.copy_(copy_src)
+
+
+def run_meta(det: Any, reps: int) -> dict[str, Any]:
+    """The first line of a probe's JSONL: device, versions, repetitions, code revision."""
+    from harness import env_info
+
+    return {"meta": True, "device": det.device_name, "hw_model": det.model.name,
+            "versions": env_info.versions(), "reps": reps,
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO)}
+
+
+def time_into_rows(providers: dict[str, Callable[..., Any]], rows: list[dict[str, Any]],
+                   text: str, spec: Any, shape: tuple[int, ...], dtype: torch.dtype, hw: Any,
+                   reps: int) -> Any:
+    """Time the providers interleaved on fresh inputs (`harness.timing.compare`, LLC flushed
+    every repetition) and write each one's median, p20 and p80 into its row of `rows` (keyed
+    by name; a row is added for a provider without one). Returns the comparison."""
+    from harness.timing import compare
+
+    dev = torch.device("cuda")
+
+    def make_args() -> tuple[Any, ...]:
+        return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
+
+    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=False)
+    for name, t in cmp.timings.items():
+        row = next((r for r in rows if r["key"] == name), None)
+        if row is None:
+            row = {"case": text, "variant": name, "key": name}
+            rows.append(row)
+        row.update(median_us=t.median_ms * 1e3, p20_us=t.p20_ms * 1e3, p80_us=t.p80_ms * 1e3)
+    return cmp
+
+
 def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
                transforms: tuple[str, ...] = TRANSFORMS) -> list[dict[str, Any]]:
     from bench.suite import liger_provider
-    from harness.timing import compare
     from porter.codegen import load_generated_module
 
     op_name, shape, dname = parse_case(text.split("@")[0])
     dtype = DTYPES[dname]
     spec, gen_op = generated(op_name)
     base_src = gen_op.triton_module_source()
-    dev = torch.device("cuda")
     rows: list[dict[str, Any]] = []
     providers: dict[str, Callable[..., Any]] = {}
     t0 = time.time()
@@ -571,53 +637,26 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
                    + (f" r{cfg['maxnreg']}" if cfg.get("maxnreg") else ""))
             row = {"case": text, "variant": which, "config": cfg, "key": key}
             rows.append(row)
-            try:
-                inputs = spec.make_inputs(shape, dtype, dev, torch.Generator(dev).manual_seed(7))
-                want = spec.reference(*[x.double() if isinstance(x, torch.Tensor) and
-                                        x.is_floating_point() else x for x in inputs])
-                err = _max_rel_err(module.launch(*inputs, config=cfg), want)
-            except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
-                row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-                continue
-            row["max_rel_err"] = err
-            if "diag_" in which:  # a diagnostic: wrong by design, timed to see what it drops
-                row["unchecked"] = True
-            elif err > SWEEP_TOL[dname]:
-                row["error"] = f"wrong: max error {err:.2e}"
-                continue
-            providers[key] = (lambda *a, _m=module, _c=cfg: _m.launch(*a, config=_c))
+            fn = (lambda *a, _m=module, _c=cfg: _m.launch(*a, config=_c))
+            # a diagnostic: wrong by design, timed to see what it drops
+            if check_variant(fn, spec, shape, dname, row, diagnostic="diag_" in which):
+                providers[key] = fn
     print(f"[{text}] {len(providers)} variants compiled and checked in {time.time() - t0:.0f} s",
           flush=True)
     providers["eager"] = spec.reference
     lig = liger_provider(op_name)
     if lig is not None:
         providers["liger"] = lig
-    # A copy moving as many bytes as the op must (inputs read once, outputs written once).
-    meta = spec.make_inputs(shape, dtype, torch.device("meta"), torch.Generator().manual_seed(0))
-    outs = spec.reference(*meta)
-    outs = outs if isinstance(outs, (tuple, list)) else [outs]
-    nbytes = sum(x.numel() * x.element_size() for x in [*meta, *outs] if isinstance(x, torch.Tensor))
-    copy_src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=dev)
-    copy_dst = torch.empty_like(copy_src)
-    providers["copy"] = lambda *a: copy_dst.copy_(copy_src)
+    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
     # What reading the first input alone takes (no writes): the ceiling of an op whose output
     # is tiny (cross-entropy's loss), which a copy's mixed reads and writes may understate.
     providers["read"] = lambda *a: torch.sum(a[0], dtype=torch.float32)
 
-    def make_args() -> tuple[Any, ...]:
-        return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
-
-    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=False)
-    for name, t in cmp.timings.items():
-        row = next((r for r in rows if r["key"] == name), None)
-        if row is None:
-            row = {"case": text, "variant": name, "key": name}
-            rows.append(row)
-        row.update(median_us=t.median_ms * 1e3, p20_us=t.p20_ms * 1e3, p80_us=t.p80_ms * 1e3,
-                   vs_base=None)
+    cmp = time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
     base_keys = [r["key"] for r in rows if r["variant"] == "base" and "median_us" in r]
-    for r in rows:
-        if "median_us" in r and base_keys:
+    for r in (r for r in rows if "median_us" in r):
+        r["vs_base"] = None
+        if base_keys:
             same_cfg = [k for k in base_keys if k.split(" ", 1)[1] == r["key"].split(" ", 1)[-1]]
             ref = same_cfg[0] if same_cfg else base_keys[0]
             r["vs_base"] = cmp.ratio(r["key"], ref).median
@@ -643,14 +682,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transforms", default=",".join(TRANSFORMS), help="of " + ",".join(TRANSFORMS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-
-    from harness import env_info
-
     _, det = local_gpu("probe_rowwise")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"meta": True, "device": det.device_name, "hw_model": det.model.name,
-            "versions": env_info.versions(), "reps": args.reps,
-            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO)}
+    meta = run_meta(det, args.reps)
     print(json.dumps(meta), flush=True)
     with (args.out / "probe.jsonl").open("a") as sink:
         sink.write(json.dumps(meta) + "\n")

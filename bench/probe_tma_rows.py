@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -36,9 +35,11 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
+from bench.probe_rowwise import check_variant  # noqa: E402
+from bench.probe_rowwise import copy_of_same_bytes  # noqa: E402
+from bench.probe_rowwise import run_meta  # noqa: E402
+from bench.probe_rowwise import time_into_rows  # noqa: E402
 from bench.sweep import DTYPES  # noqa: E402
-from bench.sweep import SWEEP_TOL  # noqa: E402
-from bench.sweep import _max_rel_err  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 from bench.sweep import local_gpu  # noqa: E402
 from bench.sweep import parse_case  # noqa: E402
@@ -128,7 +129,6 @@ CASES = ("softmax:4096x32768:bf16", "layernorm:4096x32768:bf16", "rmsnorm:4096x3
 
 
 def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
-    from harness.timing import compare
     from porter.codegen import load_generated_module
 
     op, shape, dname = parse_case(text)
@@ -136,7 +136,6 @@ def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
     spec, gen_op = generated(op)
     module = load_generated_module(gen_op.triton_module_source(), f"probe_tma_{op}",
                                    interpret=False)
-    dev = torch.device("cuda")
     providers: dict[str, Any] = {}
     rows: list[dict[str, Any]] = []
     variants = ([("pick", {"num_stages": 1, "dtype": dname, **c}) for c in PICKS[op]]
@@ -152,45 +151,16 @@ def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
             fn = (lambda *a, _c=cfg: launch(op, a, _c))
         row = {"case": text, "key": key, "config": cfg}
         rows.append(row)
-        try:
-            inputs = spec.make_inputs(shape, dtype, dev, torch.Generator(dev).manual_seed(7))
-            want = spec.reference(*[x.double() if isinstance(x, torch.Tensor) and
-                                    x.is_floating_point() else x for x in inputs])
-            err = _max_rel_err(fn(*inputs), want)
-        except Exception as exc:  # noqa: BLE001 - a variant that fails is a result
-            row["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-            continue
-        row["max_rel_err"] = err
-        if err > SWEEP_TOL[dname]:
-            row["error"] = f"wrong: max error {err:.2e}"
-            continue
-        providers[key] = fn
+        if check_variant(fn, spec, shape, dname, row):
+            providers[key] = fn
     providers["eager"] = spec.reference
-    meta = spec.make_inputs(shape, dtype, torch.device("meta"), torch.Generator().manual_seed(0))
-    outs = spec.reference(*meta)
-    outs = outs if isinstance(outs, (tuple, list)) else [outs]
-    nbytes = sum(x.numel() * x.element_size() for x in [*meta, *outs] if isinstance(x, torch.Tensor))
-    copy_src = torch.empty(max(1, nbytes // 2), dtype=torch.uint8, device=dev)
-    copy_dst = torch.empty_like(copy_src)
-    providers["copy"] = lambda *a: copy_dst.copy_(copy_src)
-
-    def make_args() -> tuple[Any, ...]:
-        return tuple(spec.make_inputs(shape, dtype, dev, torch.Generator(dev)))
-
-    cmp = compare(providers, make_args, hw=hw, reps=reps, warmup=3, graph=False)
-    for name, t in cmp.timings.items():
-        row = next((r for r in rows if r["key"] == name), None)
-        if row is None:
-            row = {"case": text, "key": name}
-            rows.append(row)
-        row.update(median_us=t.median_ms * 1e3, p20_us=t.p20_ms * 1e3, p80_us=t.p80_ms * 1e3)
+    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
+    time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
-
-    from harness import env_info
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,...")
@@ -199,9 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     _, det = local_gpu("probe_tma_rows")
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"meta": True, "device": det.device_name, "hw_model": det.model.name,
-            "versions": env_info.versions(), "reps": args.reps,
-            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO)}
+    meta = run_meta(det, args.reps)
     print(json.dumps(meta), flush=True)
     with open(args.out / "probe.jsonl", "a") as f:
         f.write(json.dumps(meta) + "\n")
