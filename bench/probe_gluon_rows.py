@@ -1,0 +1,304 @@
+"""Probe: wide rows held in shared memory by Gluon kernels (explicit buffers, TMA, mbarriers).
+
+A measuring tool for bench/NOTES.md item 44, not a source of kernels: item 43's counters found
+the H200's wide-row picks latency-bound with half of each SM idle, because a 32768-wide row held
+in registers leaves room for one program per SM. Here each row goes into a shared-memory buffer
+by one TMA copy (x viewed as [n_rows * S, W], a row as one [S, W] box, S = n_cols / W), and the
+kernel reads it from there in [CH, W] chunks, so its registers hold a chunk, not a row:
+  STAGES   row buffers per program; the copy of the program's row i + STAGES is issued as soon
+           as row i's buffer is read for the last time (STAGES * 64 KB at 32768 bf16)
+  per_sm   programs per SM (persistent grid of per_sm * SMs); STAGES 1 x per_sm 3 lets the
+           hardware overlap three programs' copies and computations instead
+  CH       rows of the [S, W] box per chunk: CH * W / (32 * num_warps) values per thread
+Layernorm's variance is exact (two rounds over the buffer: mean, then the sum of (x - mean)^2);
+the softmax's exps are written back over the row as fp16 (`E_SMEM`, one exp per element, e in
+(0, 1] loses < 2^-11) or computed twice (two MUFU operations per element). Weights and biases
+are per-thread loads from global memory (L2) in the output pass.
+
+Each variant is checked against the float64 reference first, then timed interleaved with the
+porter's own picks for the case, eager PyTorch and a copy of the same bytes
+(`harness.timing.compare`: LLC flushed every repetition, median of --reps). Needs an NVIDIA GPU
+of compute capability 9.0 or newer (TMA); `compile_variant` cross-compiles on a CPU.
+
+    python bench/probe_gluon_rows.py --out /tmp/probe [--reps 50] [--cases softmax:4096x32768:bf16]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E402
+from triton.experimental.gluon.language.nvidia.hopper import tma  # noqa: E402
+
+# Triton 3.6 names the CTA-wide barrier thread_barrier; 3.9 renamed it barrier.
+_cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+LOG2E = gl.constexpr(1.4426950408889634)
+
+
+@gluon.jit
+def _issue_row(x_desc, bufs, bars, row, n_rows, stage, S: gl.constexpr, CH: gl.constexpr,
+               NBYTES: gl.constexpr):
+    # one [CH, W] box per chunk, all counted by the stage's barrier
+    if row < n_rows:
+        mbarrier.expect(bars.index(stage), NBYTES)
+        for c in gl.static_range(S // CH):
+            tma.async_copy_global_to_shared(x_desc, [row * S + c * CH, 0], bars.index(stage),
+                                            bufs.index(stage * (S // CH) + c))
+
+
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton >= 3.7
+    @gluon.jit
+    def _as_fp16(bufs):
+        return bufs.reinterpret(gl.float16, bufs.shape, bufs.layout)
+else:
+    @gluon.jit
+    def _as_fp16(bufs):
+        return bufs._reinterpret(gl.float16, bufs.shape, bufs.layout)
+
+
+@gluon.jit
+def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
+               OP: gl.constexpr, S: gl.constexpr, W: gl.constexpr, CH: gl.constexpr,
+               STAGES: gl.constexpr, E_SMEM: gl.constexpr):
+    # OP: 0 softmax, 1 rmsnorm, 2 layernorm. A row is S // CH chunks of [CH, W] in a stage.
+    chunk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    NCH: gl.constexpr = S // CH
+    NBYTES: gl.constexpr = S * W * 2
+    bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES * NCH, CH, W], x_desc.layout)
+    bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(bars.index(s), count=1)
+    pid = gl.program_id(0)
+    grid = gl.num_programs(0)
+    for s in gl.static_range(STAGES):
+        _issue_row(x_desc, bufs, bars, pid + s * grid, n_rows, s, S, CH, NBYTES)
+    tile = (gl.arange(0, CH, layout=gl.SliceLayout(1, chunk))[:, None] * W
+            + gl.arange(0, W, layout=gl.SliceLayout(0, chunk))[None, :])
+    n = S * W
+    i = 0
+    for row in range(pid, n_rows, grid):
+        stage = i % STAGES
+        mbarrier.wait(bars.index(stage), (i // STAGES) & 1)
+        first = stage * NCH
+        out = y_ptr + row.to(gl.int64) * n
+        # dynamic chunk loops: unrolled, the compiler merges the passes' loads of the same
+        # chunk and holds the row in registers again
+        if OP == 0:
+            mx = gl.full([CH, W], float("-inf"), gl.float32, chunk)
+            for c in range(NCH):
+                mx = gl.maximum(mx, bufs.index(first + c).load(chunk).to(gl.float32))
+            m = gl.max(gl.max(mx, axis=1), axis=0) * LOG2E
+            acc = gl.zeros([CH, W], gl.float32, chunk)
+            if E_SMEM:
+                ebufs = _as_fp16(bufs)
+                for c in range(NCH):
+                    e = gl.exp2(bufs.index(first + c).load(chunk).to(gl.float32) * LOG2E - m)
+                    acc += e
+                    ebufs.index(first + c).store(e.to(gl.float16))
+                inv = 1.0 / gl.sum(gl.sum(acc, axis=1), axis=0)
+                for c in range(NCH):
+                    y = ebufs.index(first + c).load(chunk).to(gl.float32) * inv
+                    gl.store(out + c * CH * W + tile, y.to(y_ptr.dtype.element_ty))
+            else:
+                for c in range(NCH):
+                    acc += gl.exp2(bufs.index(first + c).load(chunk).to(gl.float32) * LOG2E - m)
+                inv = 1.0 / gl.sum(gl.sum(acc, axis=1), axis=0)
+                for c in range(NCH):
+                    e = gl.exp2(bufs.index(first + c).load(chunk).to(gl.float32) * LOG2E - m)
+                    gl.store(out + c * CH * W + tile, (e * inv).to(y_ptr.dtype.element_ty))
+        else:
+            mean = 0.0
+            if OP == 2:
+                acc = gl.zeros([CH, W], gl.float32, chunk)
+                for c in range(NCH):
+                    acc += bufs.index(first + c).load(chunk).to(gl.float32)
+                mean = gl.sum(gl.sum(acc, axis=1), axis=0) / n
+            acc2 = gl.zeros([CH, W], gl.float32, chunk)
+            for c in range(NCH):
+                d = bufs.index(first + c).load(chunk).to(gl.float32) - mean
+                acc2 += d * d
+            rstd = gl.rsqrt(gl.sum(gl.sum(acc2, axis=1), axis=0) / n + eps)
+            for c in range(NCH):
+                y = (bufs.index(first + c).load(chunk).to(gl.float32) - mean) * rstd
+                y = y * gl.load(w_ptr + c * CH * W + tile).to(gl.float32)
+                if OP == 2:
+                    y = y + gl.load(b_ptr + c * CH * W + tile).to(gl.float32)
+                gl.store(out + c * CH * W + tile, y.to(y_ptr.dtype.element_ty))
+        # every warp is done with this stage before the next copy lands in it
+        _cta_barrier()
+        if OP == 0 and E_SMEM:
+            fence_async_shared()  # the stage was written through the generic proxy
+        _issue_row(x_desc, bufs, bars, row + STAGES * grid, n_rows, stage, S, CH, NBYTES)
+        i += 1  # noqa: SIM113 (no enumerate in a kernel)
+    for s in gl.static_range(STAGES):
+        mbarrier.invalidate(bars.index(s))
+
+
+OPS = {"softmax": 0, "rmsnorm": 1, "layernorm": 2}
+
+
+def _descriptor(x: torch.Tensor, w_tile: int, ch: int) -> Any:
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    n_rows, n_cols = x.shape
+    s = n_cols // w_tile
+    # no swizzle: the chunk layout reads 16 contiguous bytes per thread, conflict-free
+    layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
+    return TensorDescriptor.from_tensor(x.view(n_rows * s, w_tile), [ch, w_tile], layout)
+
+
+def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
+                 ) -> tuple[tuple[Any, ...], dict[str, Any], torch.Tensor]:
+    x = inputs[0]
+    n_rows, n_cols = x.shape
+    w_tile = cfg["W"]
+    if (n_cols % (w_tile * cfg["CH"]) or not x.is_contiguous() or x.element_size() != 2):
+        raise ValueError(f"{op}: a row of {n_cols} {x.dtype} is not whole [{cfg['CH']}, "
+                         f"{w_tile}] 16-bit chunks of a contiguous tensor")
+    y = torch.empty_like(x)
+    weight = inputs[1] if op != "softmax" else x
+    bias = inputs[2] if op == "layernorm" else weight
+    eps = 1e-5 if op == "layernorm" else 1e-6
+    args = (_descriptor(x, w_tile, cfg["CH"]), y, weight, bias, n_rows, eps)
+    consts = {"OP": OPS[op], "S": n_cols // w_tile, "W": w_tile, "CH": cfg["CH"],
+              "STAGES": cfg["STAGES"], "E_SMEM": cfg.get("E_SMEM", False),
+              "num_warps": cfg["num_warps"]}
+    return args, consts, y
+
+
+def launch(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]) -> torch.Tensor:
+    args, consts, y = _kernel_args(op, inputs, cfg)
+    sms = torch.cuda.get_device_properties(y.device).multi_processor_count
+    grid = (min(args[4], sms * cfg["per_sm"]),)
+    _rows_smem[grid](*args, **consts)
+    return y
+
+
+def compile_variant(op: str, shape: tuple[int, int], cfg: dict[str, Any],
+                    arch: int = 90) -> Any:
+    """Cross-compile one variant for sm_<arch> on any machine (no GPU needed)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+    from triton.runtime.jit import mangle_type
+
+    x = torch.empty(shape, dtype=torch.bfloat16)
+    inputs = (x, torch.empty(shape[1], dtype=torch.bfloat16),
+              torch.empty(shape[1], dtype=torch.bfloat16))
+    args, consts, _ = _kernel_args(op, inputs, cfg)
+    names = list(_rows_smem.arg_names)
+    signature = {name: mangle_type(a) for name, a in zip(names, args, strict=False)}
+    signature.update({name: "constexpr" for name in consts if name != "num_warps"})
+    constexprs = {(names.index(k),): v for k, v in consts.items() if k != "num_warps"}
+    # the 16-byte alignment the launcher's specialization sees on the device
+    attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args)
+             if isinstance(a, torch.Tensor)}
+    src = GluonASTSource(_rows_smem, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options={"num_warps": cfg["num_warps"]})
+
+
+# The porter's H200 picks at 4096x32768 (run13) and the shared-memory variants.
+PICKS: dict[str, list[dict[str, Any]]] = {
+    "softmax": [{"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
+                 "num_stages": 3, "PROGRAMS_PER_SM": 1}],
+    "rmsnorm": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32}],
+    "layernorm": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True}
+                  for b in (8192, 16384)],
+}
+SMEM = [{"W": 256, "num_warps": nw, "CH": ch, "STAGES": st, "per_sm": ps}
+        for nw, ch, st, ps in ((16, 16, 3, 1), (32, 32, 3, 1), (16, 16, 2, 1), (32, 32, 2, 1),
+                               (8, 16, 2, 1), (8, 16, 1, 3), (8, 8, 1, 3), (4, 8, 1, 3),
+                               (16, 16, 1, 2))]
+CASES = ("layernorm:4096x32768:bf16", "softmax:4096x32768:bf16", "rmsnorm:4096x32768:bf16")
+
+
+def variants(op: str) -> list[dict[str, Any]]:
+    if op != "softmax":
+        return SMEM
+    return [{**c, "E_SMEM": e} for c in SMEM for e in (True, False)]
+
+
+def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
+    from bench.probe_rowwise import check_variant
+    from bench.probe_rowwise import copy_of_same_bytes
+    from bench.probe_rowwise import time_into_rows
+    from bench.sweep import DTYPES
+    from bench.sweep import generated
+    from bench.sweep import parse_case
+    from porter.codegen import load_generated_module
+
+    op, shape, dname = parse_case(text)
+    dtype = DTYPES[dname]
+    spec, gen_op = generated(op)
+    module = load_generated_module(gen_op.triton_module_source(), f"probe_gluon_{op}",
+                                   interpret=False)
+    providers: dict[str, Any] = {}
+    rows: list[dict[str, Any]] = []
+    todo = ([("pick", {"num_stages": 1, "dtype": dname, **c}) for c in PICKS[op]]
+            + [("smem", c) for c in variants(op)])
+    for kind, cfg in todo:
+        if kind == "pick":
+            key = f"pick {cfg['strategy'][:6]} w{cfg['num_warps']} b{cfg['BLOCK_N']}"
+            fn = (lambda *a, _c=cfg: module.launch(*a, config=_c))
+        else:
+            key = (f"smem w{cfg['num_warps']} ch{cfg['CH']} st{cfg['STAGES']} x{cfg['per_sm']}"
+                   + (" e-smem" if cfg.get("E_SMEM") else ""))
+            fn = (lambda *a, _c=cfg: launch(op, a, _c))
+        row = {"case": text, "key": key, "config": cfg}
+        rows.append(row)
+        if check_variant(fn, spec, shape, dname, row):
+            providers[key] = fn
+    providers["eager"] = spec.reference
+    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
+    time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tabulate import tabulate
+
+    from bench.probe_rowwise import run_meta
+    from bench.sweep import local_gpu
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,...")
+    ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    _, det = local_gpu("probe_gluon_rows")
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = run_meta(det, args.reps)
+    print(json.dumps(meta), flush=True)
+    with open(args.out / "probe.jsonl", "a") as f:
+        f.write(json.dumps(meta) + "\n")
+        for case in args.cases.split(","):
+            t0 = time.time()
+            rows = probe_case(case, det.model, args.reps)
+            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
+            f.flush()
+            timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
+            print(f"== {case} ({time.time() - t0:.0f} s)")
+            print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
+                             r["key"]] for r in timed], headers=["us", "p20-p80", "variant"]))
+            for r in rows:
+                if r.get("error"):
+                    print(f"  {r['key']}: {r['error']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
