@@ -48,31 +48,48 @@ _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrie
 LOG2E = gl.constexpr(1.4426950408889634)
 
 
-@gluon.jit
-def _issue_row(x_desc, bufs, bars, row, n_rows, stage, S: gl.constexpr, CH: gl.constexpr,
-               NBYTES: gl.constexpr):
-    # one [CH, W] box per chunk, all counted by the stage's barrier
-    if row < n_rows:
-        mbarrier.expect(bars.index(stage), NBYTES)
-        for c in gl.static_range(S // CH):
-            tma.async_copy_global_to_shared(x_desc, [row * S + c * CH, 0], bars.index(stage),
-                                            bufs.index(stage * (S // CH) + c))
-
-
 if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton >= 3.7
     @gluon.jit
-    def _as_fp16(bufs):
-        return bufs.reinterpret(gl.float16, bufs.shape, bufs.layout)
+    def _view(bufs, dtype: gl.constexpr, D0: gl.constexpr, D1: gl.constexpr, D2: gl.constexpr):
+        return bufs.reinterpret(dtype, [D0, D1, D2], bufs.layout)
 else:
     @gluon.jit
-    def _as_fp16(bufs):
-        return bufs._reinterpret(gl.float16, bufs.shape, bufs.layout)
+    def _view(bufs, dtype: gl.constexpr, D0: gl.constexpr, D1: gl.constexpr, D2: gl.constexpr):
+        return bufs._reinterpret(dtype, [D0, D1, D2], bufs.layout)
+
+
+@gluon.jit
+def _issue_row(x_desc, bufs, bars, row, n_rows, stage, S: gl.constexpr, CH: gl.constexpr,
+               NBYTES: gl.constexpr, ONE_BOX: gl.constexpr):
+    # the row as one [S, W] box, or one [CH, W] box per chunk (Triton 3.6 puts a CTA barrier
+    # before each copy), all counted by the stage's barrier
+    if row < n_rows:
+        mbarrier.expect(bars.index(stage), NBYTES)
+        if ONE_BOX:
+            rows = _view(bufs, bufs.dtype, bufs.shape[0] // (S // CH), S, bufs.shape[2])
+            tma.async_copy_global_to_shared(x_desc, [row * S, 0], bars.index(stage),
+                                            rows.index(stage))
+        else:
+            for c in gl.static_range(S // CH):
+                tma.async_copy_global_to_shared(x_desc, [row * S + c * CH, 0],
+                                                bars.index(stage),
+                                                bufs.index(stage * (S // CH) + c))
+
+
+@gluon.jit
+def _norm_out(src, w_ptr, b_ptr, out, tile, mean, rstd, chunk: gl.constexpr,
+              BIAS: gl.constexpr):
+    y = (src.load(chunk).to(gl.float32) - mean) * rstd * gl.load(w_ptr + tile).to(gl.float32)
+    if BIAS:
+        y = y + gl.load(b_ptr + tile).to(gl.float32)
+    gl.store(out + tile, y.to(out.dtype.element_ty))
 
 
 @gluon.jit
 def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
                OP: gl.constexpr, S: gl.constexpr, W: gl.constexpr, CH: gl.constexpr,
-               STAGES: gl.constexpr, E_SMEM: gl.constexpr):
+               STAGES: gl.constexpr, E_SMEM: gl.constexpr, ONE_BOX: gl.constexpr,
+               UNROLL_OUT: gl.constexpr):
     # OP: 0 softmax, 1 rmsnorm, 2 layernorm. A row is S // CH chunks of [CH, W] in a stage.
     chunk: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
     NCH: gl.constexpr = S // CH
@@ -84,7 +101,7 @@ def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
     pid = gl.program_id(0)
     grid = gl.num_programs(0)
     for s in gl.static_range(STAGES):
-        _issue_row(x_desc, bufs, bars, pid + s * grid, n_rows, s, S, CH, NBYTES)
+        _issue_row(x_desc, bufs, bars, pid + s * grid, n_rows, s, S, CH, NBYTES, ONE_BOX)
     tile = (gl.arange(0, CH, layout=gl.SliceLayout(1, chunk))[:, None] * W
             + gl.arange(0, W, layout=gl.SliceLayout(0, chunk))[None, :])
     n = S * W
@@ -103,7 +120,7 @@ def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
             m = gl.max(gl.max(mx, axis=1), axis=0) * LOG2E
             acc = gl.zeros([CH, W], gl.float32, chunk)
             if E_SMEM:
-                ebufs = _as_fp16(bufs)
+                ebufs = _view(bufs, gl.float16, bufs.shape[0], CH, W)
                 for c in range(NCH):
                     e = gl.exp2(bufs.index(first + c).load(chunk).to(gl.float32) * LOG2E - m)
                     acc += e
@@ -131,17 +148,21 @@ def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
                 d = bufs.index(first + c).load(chunk).to(gl.float32) - mean
                 acc2 += d * d
             rstd = gl.rsqrt(gl.sum(gl.sum(acc2, axis=1), axis=0) / n + eps)
-            for c in range(NCH):
-                y = (bufs.index(first + c).load(chunk).to(gl.float32) - mean) * rstd
-                y = y * gl.load(w_ptr + c * CH * W + tile).to(gl.float32)
-                if OP == 2:
-                    y = y + gl.load(b_ptr + c * CH * W + tile).to(gl.float32)
-                gl.store(out + c * CH * W + tile, y.to(y_ptr.dtype.element_ty))
+            if UNROLL_OUT:
+                # unrolled, so that every chunk's weight loads are in flight at once
+                for c in gl.static_range(NCH):
+                    _norm_out(bufs.index(first + c), w_ptr + c * CH * W, b_ptr + c * CH * W,
+                              out + c * CH * W, tile, mean, rstd, chunk, OP == 2)
+            else:
+                for c in range(NCH):
+                    _norm_out(bufs.index(first + c), w_ptr + c * CH * W, b_ptr + c * CH * W,
+                              out + c * CH * W, tile, mean, rstd, chunk, OP == 2)
         # every warp is done with this stage before the next copy lands in it
         _cta_barrier()
         if OP == 0 and E_SMEM:
             fence_async_shared()  # the stage was written through the generic proxy
-        _issue_row(x_desc, bufs, bars, row + STAGES * grid, n_rows, stage, S, CH, NBYTES)
+        _issue_row(x_desc, bufs, bars, row + STAGES * grid, n_rows, stage, S, CH, NBYTES,
+                   ONE_BOX)
         i += 1  # noqa: SIM113 (no enumerate in a kernel)
     for s in gl.static_range(STAGES):
         mbarrier.invalidate(bars.index(s))
@@ -150,14 +171,15 @@ def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
 OPS = {"softmax": 0, "rmsnorm": 1, "layernorm": 2}
 
 
-def _descriptor(x: torch.Tensor, w_tile: int, ch: int) -> Any:
+def _descriptor(x: torch.Tensor, w_tile: int, ch: int, one_box: bool) -> Any:
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
     n_rows, n_cols = x.shape
     s = n_cols // w_tile
     # no swizzle: the chunk layout reads 16 contiguous bytes per thread, conflict-free
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
-    return TensorDescriptor.from_tensor(x.view(n_rows * s, w_tile), [ch, w_tile], layout)
+    return TensorDescriptor.from_tensor(x.view(n_rows * s, w_tile), [s if one_box else ch, w_tile],
+                                        layout)
 
 
 def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
@@ -165,16 +187,18 @@ def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
     x = inputs[0]
     n_rows, n_cols = x.shape
     w_tile = cfg["W"]
-    if (n_cols % (w_tile * cfg["CH"]) or not x.is_contiguous() or x.element_size() != 2):
+    if (n_cols % (w_tile * cfg["CH"]) or not x.is_contiguous() or x.element_size() != 2
+            or (cfg.get("ONE_BOX") and n_cols // w_tile > 256)):  # a TMA box side <= 256
         raise ValueError(f"{op}: a row of {n_cols} {x.dtype} is not whole [{cfg['CH']}, "
                          f"{w_tile}] 16-bit chunks of a contiguous tensor")
     y = torch.empty_like(x)
     weight = inputs[1] if op != "softmax" else x
     bias = inputs[2] if op == "layernorm" else weight
     eps = 1e-5 if op == "layernorm" else 1e-6
-    args = (_descriptor(x, w_tile, cfg["CH"]), y, weight, bias, n_rows, eps)
+    args = (_descriptor(x, w_tile, cfg["CH"], cfg.get("ONE_BOX", False)), y, weight, bias, n_rows, eps)
     consts = {"OP": OPS[op], "S": n_cols // w_tile, "W": w_tile, "CH": cfg["CH"],
               "STAGES": cfg["STAGES"], "E_SMEM": cfg.get("E_SMEM", False),
+              "ONE_BOX": cfg.get("ONE_BOX", False), "UNROLL_OUT": cfg.get("UNROLL_OUT", False),
               "num_warps": cfg["num_warps"]}
     return args, consts, y
 
@@ -219,17 +243,20 @@ PICKS: dict[str, list[dict[str, Any]]] = {
     "layernorm": [{"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True}
                   for b in (8192, 16384)],
 }
-SMEM = [{"W": 256, "num_warps": nw, "CH": ch, "STAGES": st, "per_sm": ps}
-        for nw, ch, st, ps in ((16, 16, 3, 1), (32, 32, 3, 1), (16, 16, 2, 1), (32, 32, 2, 1),
-                               (8, 16, 2, 1), (8, 16, 1, 3), (8, 8, 1, 3), (4, 8, 1, 3),
-                               (16, 16, 1, 2))]
+# (num_warps, CH, STAGES, per_sm); item 44's first round had each chunk its own box and the
+# output pass rolled
+SHAPES = ((16, 16, 1, 2), (8, 16, 1, 3), (8, 8, 1, 3), (16, 16, 2, 1), (32, 32, 2, 1),
+          (16, 16, 3, 1), (32, 32, 3, 1))
+SMEM = ([{"W": 256, "num_warps": nw, "CH": ch, "STAGES": st, "per_sm": ps, "ONE_BOX": True,
+          "UNROLL_OUT": u} for nw, ch, st, ps in SHAPES for u in (True, False)]
+        + [{"W": 256, "num_warps": 16, "CH": 16, "STAGES": 1, "per_sm": 2}])
 CASES = ("layernorm:4096x32768:bf16", "softmax:4096x32768:bf16", "rmsnorm:4096x32768:bf16")
 
 
 def variants(op: str) -> list[dict[str, Any]]:
     if op != "softmax":
         return SMEM
-    return [{**c, "E_SMEM": e} for c in SMEM for e in (True, False)]
+    return [{**c, "E_SMEM": e} for c in SMEM if not c.get("UNROLL_OUT") for e in (True, False)]
 
 
 def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
@@ -256,6 +283,8 @@ def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
             fn = (lambda *a, _c=cfg: module.launch(*a, config=_c))
         else:
             key = (f"smem w{cfg['num_warps']} ch{cfg['CH']} st{cfg['STAGES']} x{cfg['per_sm']}"
+                   + (" box" if cfg.get("ONE_BOX") else "")
+                   + (" unroll" if cfg.get("UNROLL_OUT") else "")
                    + (" e-smem" if cfg.get("E_SMEM") else ""))
             fn = (lambda *a, _c=cfg: launch(op, a, _c))
         row = {"case": text, "key": key, "config": cfg}
