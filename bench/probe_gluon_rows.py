@@ -21,6 +21,8 @@ porter's own picks for the case, eager PyTorch and a copy of the same bytes
 of compute capability 9.0 or newer (TMA); `compile_variant` cross-compiles on a CPU.
 
     python bench/probe_gluon_rows.py --out /tmp/probe [--reps 50] [--cases softmax:4096x32768:bf16]
+    python bench/probe_gluon_rows.py --report [--cases ...] [--limit N]   # any machine: what
+        each variant compiles to for sm_90 (registers, spills, shared memory, TMA copies)
 """
 
 from __future__ import annotations
@@ -43,8 +45,10 @@ from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared 
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier  # noqa: E402
 from triton.experimental.gluon.language.nvidia.hopper import tma  # noqa: E402
 
-# Triton 3.6 names the CTA-wide barrier thread_barrier; 3.9 renamed it barrier.
+# Triton 3.6 names these thread_barrier and async_copy_global_to_shared; 3.9, barrier and
+# async_load (the GPU machines have 3.6, the CPU machines 3.9).
 _cta_barrier = gl.thread_barrier if hasattr(gl, "thread_barrier") else gl.barrier
+_tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_global_to_shared
 LOG2E = gl.constexpr(1.4426950408889634)
 
 
@@ -67,13 +71,11 @@ def _issue_row(x_desc, bufs, bars, row, n_rows, stage, S: gl.constexpr, CH: gl.c
         mbarrier.expect(bars.index(stage), NBYTES)
         if ONE_BOX:
             rows = _view(bufs, bufs.dtype, bufs.shape[0] // (S // CH), S, bufs.shape[2])
-            tma.async_copy_global_to_shared(x_desc, [row * S, 0], bars.index(stage),
-                                            rows.index(stage))
+            _tma_load(x_desc, [row * S, 0], bars.index(stage), rows.index(stage))
         else:
             for c in gl.static_range(S // CH):
-                tma.async_copy_global_to_shared(x_desc, [row * S + c * CH, 0],
-                                                bars.index(stage),
-                                                bufs.index(stage * (S // CH) + c))
+                _tma_load(x_desc, [row * S + c * CH, 0], bars.index(stage),
+                          bufs.index(stage * (S // CH) + c))
 
 
 @gluon.jit
@@ -297,6 +299,22 @@ def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
     return rows
 
 
+def compile_report(case: str, arch: int = 90, limit: int | None = None) -> list[dict[str, Any]]:
+    """What each variant of `case` (the first `limit`) compiles to for sm_<arch>."""
+    from bench.sweep import parse_case
+    from targets.triton_cuda import dump_resource_usage
+
+    op, shape, _ = parse_case(case)
+    rows = []
+    for cfg in variants(op)[:limit]:
+        kernel = compile_variant(op, shape, cfg, arch)
+        fields, note = dump_resource_usage(kernel.asm["cubin"], kernel.name)
+        rows.append({"case": case, "config": cfg, **fields, "note": note,
+                     "shared_bytes": kernel.metadata.shared,
+                     "tma_copies": kernel.asm["ptx"].count("cp.async.bulk.tensor")})
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     from tabulate import tabulate
 
@@ -306,8 +324,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,...")
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--report", action="store_true",
+                    help="cross-compile every variant for sm_90 and print what it uses; no GPU")
+    ap.add_argument("--limit", type=int, help="--report: the first LIMIT variants of each case")
     args = ap.parse_args(argv)
+    if args.report:
+        for case in args.cases.split(","):
+            for row in compile_report(case, limit=args.limit):
+                print(json.dumps(row), flush=True)
+        return 0
+    if args.out is None:
+        ap.error("--out is required to run on the GPU")
     _, det = local_gpu("probe_gluon_rows")
     args.out.mkdir(parents=True, exist_ok=True)
     meta = run_meta(det, args.reps)
