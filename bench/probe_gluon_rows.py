@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -262,41 +261,17 @@ def variants(op: str) -> list[dict[str, Any]]:
 
 
 def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
-    from bench.probe_rowwise import check_variant
-    from bench.probe_rowwise import copy_of_same_bytes
-    from bench.probe_rowwise import time_into_rows
-    from bench.sweep import DTYPES
-    from bench.sweep import generated
-    from bench.sweep import parse_case
-    from porter.codegen import load_generated_module
+    from bench.probe_rowwise import probe_beside_picks
 
-    op, shape, dname = parse_case(text)
-    dtype = DTYPES[dname]
-    spec, gen_op = generated(op)
-    module = load_generated_module(gen_op.triton_module_source(), f"probe_gluon_{op}",
-                                   interpret=False)
-    providers: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
-    todo = ([("pick", {"num_stages": 1, "dtype": dname, **c}) for c in PICKS[op]]
-            + [("smem", c) for c in variants(op)])
-    for kind, cfg in todo:
-        if kind == "pick":
-            key = f"pick {cfg['strategy'][:6]} w{cfg['num_warps']} b{cfg['BLOCK_N']}"
-            fn = (lambda *a, _c=cfg: module.launch(*a, config=_c))
-        else:
-            key = (f"smem w{cfg['num_warps']} ch{cfg['CH']} st{cfg['STAGES']} x{cfg['per_sm']}"
-                   + (" box" if cfg.get("ONE_BOX") else "")
-                   + (" unroll" if cfg.get("UNROLL_OUT") else "")
-                   + (" e-smem" if cfg.get("E_SMEM") else ""))
-            fn = (lambda *a, _c=cfg: launch(op, a, _c))
-        row = {"case": text, "key": key, "config": cfg}
-        rows.append(row)
-        if check_variant(fn, spec, shape, dname, row):
-            providers[key] = fn
-    providers["eager"] = spec.reference
-    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
-    time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
-    return rows
+    op = text.split(":")[0]
+    hand = []
+    for cfg in variants(op):
+        key = (f"smem w{cfg['num_warps']} ch{cfg['CH']} st{cfg['STAGES']} x{cfg['per_sm']}"
+               + (" box" if cfg.get("ONE_BOX") else "")
+               + (" unroll" if cfg.get("UNROLL_OUT") else "")
+               + (" e-smem" if cfg.get("E_SMEM") else ""))
+        hand.append((key, cfg, lambda *a, _c=cfg: launch(op, a, _c)))
+    return probe_beside_picks(text, hw, reps, PICKS[op], hand)
 
 
 def compile_report(case: str, arch: int = 90, limit: int | None = None) -> list[dict[str, Any]]:
@@ -316,10 +291,7 @@ def compile_report(case: str, arch: int = 90, limit: int | None = None) -> list[
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tabulate import tabulate
-
-    from bench.probe_rowwise import run_meta
-    from bench.sweep import local_gpu
+    from bench.probe_rowwise import probe_cases
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,...")
@@ -336,24 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         ap.error("--out is required to run on the GPU")
-    _, det = local_gpu("probe_gluon_rows")
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = run_meta(det, args.reps)
-    print(json.dumps(meta), flush=True)
-    with open(args.out / "probe.jsonl", "a") as f:
-        f.write(json.dumps(meta) + "\n")
-        for case in args.cases.split(","):
-            t0 = time.time()
-            rows = probe_case(case, det.model, args.reps)
-            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
-            f.flush()
-            timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
-            print(f"== {case} ({time.time() - t0:.0f} s)")
-            print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
-                             r["key"]] for r in timed], headers=["us", "p20-p80", "variant"]))
-            for r in rows:
-                if r.get("error"):
-                    print(f"  {r['key']}: {r['error']}")
+    probe_cases("probe_gluon_rows", args.cases.split(","), args.reps, args.out, probe_case)
     return 0
 
 

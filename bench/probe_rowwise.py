@@ -586,6 +586,67 @@ def run_meta(det: Any, reps: int) -> dict[str, Any]:
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO)}
 
 
+def probe_beside_picks(text: str, hw: Any, reps: int, picks: list[dict[str, Any]],
+                       hand: list[tuple[str, dict[str, Any], Callable[..., Any]]]
+                       ) -> list[dict[str, Any]]:
+    """One case of a probe of hand-written kernels: the porter's own kernels for it (its
+    generated module at each of `picks`) and the hand-written (key, config, launcher) variants,
+    each checked against float64, then every right one timed interleaved with eager PyTorch and
+    a copy of the same bytes. One row per variant."""
+    from porter.codegen import load_generated_module
+
+    op_name, shape, dname = parse_case(text)
+    dtype = DTYPES[dname]
+    spec, gen_op = generated(op_name)
+    module = load_generated_module(gen_op.triton_module_source(), f"probe_{op_name}",
+                                   interpret=False)
+    todo = []
+    for pick in picks:
+        cfg = {"num_stages": 1, "dtype": dname, **pick}
+        key = (f"pick {cfg['strategy'][:6]} w{cfg['num_warps']} b{cfg['BLOCK_N']}"
+               f" st{cfg['num_stages']}")
+        todo.append((key, cfg, lambda *a, _c=cfg: module.launch(*a, config=_c)))
+    providers: dict[str, Callable[..., Any]] = {}
+    rows: list[dict[str, Any]] = []
+    for key, cfg, fn in todo + hand:
+        row = {"case": text, "key": key, "config": cfg}
+        rows.append(row)
+        if check_variant(fn, spec, shape, dname, row):
+            providers[key] = fn
+    providers["eager"] = spec.reference
+    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
+    time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
+    return rows
+
+
+def probe_cases(script: str, cases: list[str], reps: int, out: Path,
+                probe: Callable[[str, Any, int], list[dict[str, Any]]]) -> None:
+    """Run `probe(case, hw_model, reps)` for each case on the local GPU: the meta line, then each
+    case's rows, go to <out>/probe.jsonl as the case finishes; a table per case is printed."""
+    from tabulate import tabulate
+
+    from bench.sweep import local_gpu
+
+    _, det = local_gpu(script)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = run_meta(det, reps)
+    print(json.dumps(meta), flush=True)
+    with open(out / "probe.jsonl", "a") as f:
+        f.write(json.dumps(meta) + "\n")
+        for case in cases:
+            t0 = time.time()
+            rows = probe(case, det.model, reps)
+            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
+            f.flush()
+            timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
+            print(f"== {case} ({time.time() - t0:.0f} s)")
+            print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
+                             r["key"]] for r in timed], headers=["us", "p20-p80", "variant"]))
+            for r in rows:
+                if r.get("error"):
+                    print(f"  {r['key']}: {r['error']}")
+
+
 def time_into_rows(providers: dict[str, Callable[..., Any]], rows: list[dict[str, Any]],
                    text: str, spec: Any, shape: tuple[int, ...], dtype: torch.dtype, hw: Any,
                    reps: int) -> Any:

@@ -21,9 +21,7 @@ median of --reps).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -35,14 +33,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from bench.probe_rowwise import check_variant  # noqa: E402
-from bench.probe_rowwise import copy_of_same_bytes  # noqa: E402
-from bench.probe_rowwise import run_meta  # noqa: E402
-from bench.probe_rowwise import time_into_rows  # noqa: E402
-from bench.sweep import DTYPES  # noqa: E402
-from bench.sweep import generated  # noqa: E402
-from bench.sweep import local_gpu  # noqa: E402
-from bench.sweep import parse_case  # noqa: E402
+from bench.probe_rowwise import probe_beside_picks  # noqa: E402
+from bench.probe_rowwise import probe_cases  # noqa: E402
 
 
 @triton.jit
@@ -129,62 +121,22 @@ CASES = ("softmax:4096x32768:bf16", "layernorm:4096x32768:bf16", "rmsnorm:4096x3
 
 
 def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
-    from porter.codegen import load_generated_module
-
-    op, shape, dname = parse_case(text)
-    dtype = DTYPES[dname]
-    spec, gen_op = generated(op)
-    module = load_generated_module(gen_op.triton_module_source(), f"probe_tma_{op}",
-                                   interpret=False)
-    providers: dict[str, Any] = {}
-    rows: list[dict[str, Any]] = []
-    variants = ([("pick", {"num_stages": 1, "dtype": dname, **c}) for c in PICKS[op]]
-                + [("tma", c) for c in TMA])
-    for kind, cfg in variants:
-        if kind == "pick":
-            key = (f"pick {cfg['strategy'][:6]} w{cfg['num_warps']} b{cfg['BLOCK_N']}"
-                   f" st{cfg['num_stages']}")
-            fn = (lambda *a, _c=cfg: module.launch(*a, config=_c))
-        else:
-            key = (f"tma w{cfg['num_warps']} W{cfg['W']} st{cfg['num_stages']}"
-                   + (" tma-store" if cfg["tma_store"] else " st.global"))
-            fn = (lambda *a, _c=cfg: launch(op, a, _c))
-        row = {"case": text, "key": key, "config": cfg}
-        rows.append(row)
-        if check_variant(fn, spec, shape, dname, row):
-            providers[key] = fn
-    providers["eager"] = spec.reference
-    providers["copy"] = copy_of_same_bytes(spec, shape, dtype)
-    time_into_rows(providers, rows, text, spec, shape, dtype, hw, reps)
-    return rows
+    op = text.split(":")[0]
+    hand = []
+    for cfg in TMA:
+        key = (f"tma w{cfg['num_warps']} W{cfg['W']} st{cfg['num_stages']}"
+               + (" tma-store" if cfg["tma_store"] else " st.global"))
+        hand.append((key, cfg, lambda *a, _c=cfg: launch(op, a, _c)))
+    return probe_beside_picks(text, hw, reps, PICKS[op], hand)
 
 
 def main(argv: list[str] | None = None) -> int:
-    from tabulate import tabulate
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES), help="OP:SHAPE:DTYPE,...")
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    _, det = local_gpu("probe_tma_rows")
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = run_meta(det, args.reps)
-    print(json.dumps(meta), flush=True)
-    with open(args.out / "probe.jsonl", "a") as f:
-        f.write(json.dumps(meta) + "\n")
-        for case in args.cases.split(","):
-            t0 = time.time()
-            rows = probe_case(case, det.model, args.reps)
-            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
-            f.flush()
-            timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
-            print(f"== {case} ({time.time() - t0:.0f} s)")
-            print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
-                             r["key"]] for r in timed], headers=["us", "p20-p80", "variant"]))
-            for r in rows:
-                if r.get("error"):
-                    print(f"  {r['key']}: {r['error']}")
+    probe_cases("probe_tma_rows", args.cases.split(","), args.reps, args.out, probe_case)
     return 0
 
 
