@@ -3,13 +3,17 @@
 A measuring tool for bench/NOTES.md item 44, not a source of kernels: item 43's counters found
 the H200's wide-row picks latency-bound with half of each SM idle, because a 32768-wide row held
 in registers leaves room for one program per SM. Here each row goes into a shared-memory buffer
-by one TMA copy (x viewed as [n_rows * S, W], a row as one [S, W] box, S = n_cols / W), and the
-kernel reads it from there in [CH, W] chunks, so its registers hold a chunk, not a row:
+by TMA (x viewed as [n_rows * S, W], S = n_cols / W), and the kernel reads it from there in
+[CH, W] chunks, so its registers hold a chunk, not a row:
   STAGES   row buffers per program; the copy of the program's row i + STAGES is issued as soon
            as row i's buffer is read for the last time (STAGES * 64 KB at 32768 bf16)
   per_sm   programs per SM (persistent grid of per_sm * SMs); STAGES 1 x per_sm 3 lets the
            hardware overlap three programs' copies and computations instead
-  CH       rows of the [S, W] box per chunk: CH * W / (32 * num_warps) values per thread
+  CH       rows of the [S, W] row per chunk: CH * W / (32 * num_warps) values per thread
+  ONE_BOX  the row as one [S, W] TMA box (S <= 256), else one [CH, W] box per chunk
+  UNROLL_OUT  the norms' output pass unrolled, so that all its weight loads are in flight at
+           once (the other passes stay rolled: unrolled, the compiler merges the passes' loads
+           of a chunk and holds the row in registers again)
 Layernorm's variance is exact (two rounds over the buffer: mean, then the sum of (x - mean)^2);
 the softmax's exps are written back over the row as fp16 (`E_SMEM`, one exp per element, e in
 (0, 1] loses < 2^-11) or computed twice (two MUFU operations per element). Weights and biases
@@ -51,7 +55,7 @@ _tma_load = tma.async_load if hasattr(tma, "async_load") else tma.async_copy_glo
 LOG2E = gl.constexpr(1.4426950408889634)
 
 
-if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # Triton >= 3.7
+if hasattr(gl.shared_memory_descriptor, "reinterpret"):  # 3.9; 3.6 calls it _reinterpret
     @gluon.jit
     def _view(bufs, dtype: gl.constexpr, D0: gl.constexpr, D1: gl.constexpr, D2: gl.constexpr):
         return bufs.reinterpret(dtype, [D0, D1, D2], bufs.layout)
@@ -179,8 +183,8 @@ def _descriptor(x: torch.Tensor, w_tile: int, ch: int, one_box: bool) -> Any:
     s = n_cols // w_tile
     # no swizzle: the chunk layout reads 16 contiguous bytes per thread, conflict-free
     layout = gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)
-    return TensorDescriptor.from_tensor(x.view(n_rows * s, w_tile), [s if one_box else ch, w_tile],
-                                        layout)
+    box = [s if one_box else ch, w_tile]
+    return TensorDescriptor.from_tensor(x.view(n_rows * s, w_tile), box, layout)
 
 
 def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
@@ -196,7 +200,8 @@ def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
     weight = inputs[1] if op != "softmax" else x
     bias = inputs[2] if op == "layernorm" else weight
     eps = 1e-5 if op == "layernorm" else 1e-6
-    args = (_descriptor(x, w_tile, cfg["CH"], cfg.get("ONE_BOX", False)), y, weight, bias, n_rows, eps)
+    x_desc = _descriptor(x, w_tile, cfg["CH"], cfg.get("ONE_BOX", False))
+    args = (x_desc, y, weight, bias, n_rows, eps)
     consts = {"OP": OPS[op], "S": n_cols // w_tile, "W": w_tile, "CH": cfg["CH"],
               "STAGES": cfg["STAGES"], "E_SMEM": cfg.get("E_SMEM", False),
               "ONE_BOX": cfg.get("ONE_BOX", False), "UNROLL_OUT": cfg.get("UNROLL_OUT", False),

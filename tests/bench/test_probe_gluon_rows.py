@@ -30,9 +30,10 @@ def report() -> list[dict]:
     # a process of its own: the test session imports Triton for its interpreter
     # (TRITON_INTERPRET=1), and Gluon's jit functions are bound to it at import
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, "bench/probe_gluon_rows.py", "--report",
-                           "--cases", CASES, "--limit", str(LIMIT)], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=600, check=False)
+    cmd = [sys.executable, "bench/probe_gluon_rows.py", "--report", "--cases", CASES,
+           "--limit", str(LIMIT)]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
 
