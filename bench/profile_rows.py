@@ -34,8 +34,7 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 
 from bench.probe_copy_size import _copy_kernel  # noqa: E402
-from bench.sweep import SWEEP_TOL  # noqa: E402
-from bench.sweep import _max_rel_err  # noqa: E402
+from bench.probe_rowwise import check_variant  # noqa: E402
 from bench.sweep import generated  # noqa: E402
 
 SHAPE = (4096, 32768)
@@ -101,11 +100,11 @@ def main() -> int:
         spec, gen_op = generated(op)
         module = load_generated_module(gen_op.triton_module_source(), f"profile_{op}",
                                        interpret=False)
+        row: dict[str, Any] = {}
+        if not check_variant(lambda *a, _m=module, _c=cfg: _m.launch(*a, config=_c), spec, SHAPE,
+                             "bf16", row):
+            raise SystemExit(f"profile_rows: {op} {cfg}: {row['error']}")
         inputs = spec.make_inputs(SHAPE, torch.bfloat16, dev, torch.Generator(dev).manual_seed(7))
-        want = spec.reference(*[x.double() if x.is_floating_point() else x for x in inputs])
-        err = _max_rel_err(module.launch(*inputs, config=cfg), want)
-        if err > SWEEP_TOL["bf16"]:
-            raise SystemExit(f"profile_rows: {op} {cfg} is wrong (max error {err:.2e})")
         torch.cuda.synchronize()
         t0 = time.perf_counter()
         module.launch(*inputs, config=cfg)
