@@ -623,10 +623,6 @@ def probe_cases(script: str, cases: list[str], reps: int, out: Path,
                 probe: Callable[[str, Any, int], list[dict[str, Any]]]) -> None:
     """Run `probe(case, hw_model, reps)` for each case on the local GPU: the meta line, then each
     case's rows, go to <out>/probe.jsonl as the case finishes; a table per case is printed."""
-    from tabulate import tabulate
-
-    from bench.sweep import local_gpu
-
     _, det = local_gpu(script)
     out.mkdir(parents=True, exist_ok=True)
     meta = run_meta(det, reps)
@@ -638,13 +634,8 @@ def probe_cases(script: str, cases: list[str], reps: int, out: Path,
             rows = probe(case, det.model, reps)
             f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
             f.flush()
-            timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
             print(f"== {case} ({time.time() - t0:.0f} s)")
-            print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
-                             r["key"]] for r in timed], headers=["us", "p20-p80", "variant"]))
-            for r in rows:
-                if r.get("error"):
-                    print(f"  {r['key']}: {r['error']}")
+            print_table(rows)
 
 
 def time_into_rows(providers: dict[str, Callable[..., Any]], rows: list[dict[str, Any]],
@@ -725,12 +716,16 @@ def probe_case(text: str, configs: list[dict[str, Any]], hw: Any, reps: int,
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
+    """The timed rows, fastest first (with their time over the base variant's where a row has
+    one), then the rows that failed."""
     from tabulate import tabulate
 
     timed = sorted((r for r in rows if "median_us" in r), key=lambda r: r["median_us"])
+    with_base = any("vs_base" in r for r in timed)
     print(tabulate([[f"{r['median_us']:.1f}", f"{r['p20_us']:.1f}-{r['p80_us']:.1f}",
-                     "-" if r.get("vs_base") is None else f"{r['vs_base']:.3f}", r["key"]]
-                    for r in timed], headers=["us", "p20-p80", "t/base", "variant"]))
+                     *(["-" if r.get("vs_base") is None else f"{r['vs_base']:.3f}"]
+                       if with_base else []), r["key"]] for r in timed],
+                   headers=["us", "p20-p80", *(["t/base"] if with_base else []), "variant"]))
     for r in rows:
         if r.get("error"):
             print(f"  {r['key']}: {r['error']}")
@@ -743,22 +738,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--transforms", default=",".join(TRANSFORMS), help="of " + ",".join(TRANSFORMS))
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    _, det = local_gpu("probe_rowwise")
-    args.out.mkdir(parents=True, exist_ok=True)
-    meta = run_meta(det, args.reps)
-    print(json.dumps(meta), flush=True)
-    with (args.out / "probe.jsonl").open("a") as sink:
-        sink.write(json.dumps(meta) + "\n")
-        for text in args.cases.split(","):
-            if text not in CASES:
-                raise SystemExit(f"probe: unknown case {text!r}; known: {', '.join(CASES)}")
-            rows = probe_case(text, CASES[text], det.model, args.reps,
-                              tuple(t for t in args.transforms.split(",") if t))
-            for r in rows:
-                sink.write(json.dumps(r, default=str) + "\n")
-            sink.flush()
-            print(f"== {text}")
-            print_table(rows)
+    cases = args.cases.split(",")
+    for text in cases:
+        if text not in CASES:
+            raise SystemExit(f"probe: unknown case {text!r}; known: {', '.join(CASES)}")
+    transforms = tuple(t for t in args.transforms.split(",") if t)
+    probe_cases("probe_rowwise", cases, args.reps, args.out,
+                lambda text, hw, reps: probe_case(text, CASES[text], hw, reps, transforms))
     return 0
 
 
