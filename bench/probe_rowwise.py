@@ -232,12 +232,30 @@ CASES: dict[str, list[dict[str, Any]]] = {
         {"strategy": "looped", "ROWS": r, "BLOCK_N": b, "num_warps": w}
         for r, b, w in ((1, 16384, 32), (2, 16384, 32), (2, 8192, 32), (2, 4096, 32),
                         (4, 4096, 32))],
+    # item 45: the row kept 16-bit in registers (pack16), so that two one-row programs fit an SM
+    # (maxnreg caps where ptxas would take more), beside the H200 run13 picks
+    "softmax:4096x32768:bf16@pack": [
+        {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": 3,
+         "PROGRAMS_PER_SM": 1},
+        *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, **extra}
+          for w, extra in ((8, {"maxnreg": 128}), (16, {"maxnreg": 64}), (32, {"maxnreg": 32}),
+                           (16, {}), (32, {})))],
+    "layernorm:4096x32768:bf16@pack": [
+        *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True}
+          for b in (8192, 16384)),
+        *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, "VAR1": True,
+           **extra}
+          for w, extra in ((8, {}), (16, {"maxnreg": 64}), (32, {"maxnreg": 32}), (32, {})))],
+    "rmsnorm:4096x32768:bf16@pack": [
+        {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 32},
+        *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, **extra}
+          for w, extra in ((8, {}), (16, {"maxnreg": 64}), (32, {"maxnreg": 32}), (32, {})))],
 }
 TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "foldb8192", "spinlast")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -317,6 +335,58 @@ def looped_l1_weights(source: str, x_bypass: bool) -> str:
         return body
 
     return _edit_kernels(source, edit)
+
+
+_WIDEN = """
+
+@triton.jit
+def _probe_widen(x):
+    # 16-bit values kept two to a 32-bit register, widened to fp32 at each use by inline asm
+    # that the compiler may neither hoist to the load nor merge (is_pure=False): item 45
+    if x.dtype == tl.bfloat16:
+        return tl.inline_asm_elementwise("shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000;",
+                                         "=r,=r,r", [x], dtype=tl.float32, is_pure=False, pack=2)
+    elif x.dtype == tl.float16:
+        return tl.inline_asm_elementwise(
+            "{ .reg .b16 lo, hi; mov.b32 {lo, hi}, $2; cvt.f32.f16 $0, lo; cvt.f32.f16 $1, hi; }",
+            "=r,=r,r", [x], dtype=tl.float32, is_pure=False, pack=2)
+    else:
+        return x.to(tl.float32)
+"""
+_ROW_LOAD = re.compile(r"^(\s+)(x\d+) = (tl\.load\([^\n]*\(cols \*[^\n]*\))\.to\(tl\.float32\)$",
+                       re.M)
+
+
+def packed_rows(source: str) -> str:
+    """pack16: the one-block kernels (single pass, persistent) keep each row-wide load in its own
+    16-bit type, two values to a register, and widen it at each use (`_probe_widen`), where the
+    emitter converts it to fp32 at the load: half the registers for the row (item 45)."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith(("_single_pass_kernel", "_persistent_kernel")):
+            return body
+        names = set(m.group(2) for m in _ROW_LOAD.finditer(body))
+        body = _ROW_LOAD.sub(lambda m: f"{m.group(1)}{m.group(2)}_h = {m.group(3)}", body)
+        for x in names:
+            body = re.sub(rf"\b{x}\b(?!_h)", f"_probe_widen({x}_h)", body)
+        # what is computed from a widened row is recomputed at each use (inlined), not held in
+        # fp32 registers across the reductions (softmax's exps; the norms' centred row)
+        remat: dict[str, str] = {}
+        lines = []
+        for line in body.split("\n"):
+            m = re.match(r"^(\s+[\w, ]+ = )(.+)$", line)
+            lhs, rhs = (m.group(1), m.group(2)) if m else ("", line)
+            for v, expr in remat.items():
+                rhs = re.sub(rf"\b{v}\b", lambda _m, e=expr: f"({e})", rhs)
+            name = lhs.strip(" =")
+            remat.pop(name, None)
+            if re.fullmatch(r"v\d+", name) and "_probe_widen(" in rhs:
+                remat[name] = rhs
+                continue
+            lines.append(lhs + rhs)
+        return "\n".join(lines)
+
+    return _with_helper(source, _edit_kernels(source, edit), _WIDEN)
 
 
 def fold_block(source: str, block: int) -> str:
@@ -492,6 +562,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "diag_noexp": no_exp,
     "piped": pipelined_loops,
     "lhoist": looped_hoist,
+    "pack16": packed_rows,
 }
 
 
