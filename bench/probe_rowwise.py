@@ -354,7 +354,7 @@ def _probe_widen(x):
         return x.to(tl.float32)
 """
 _ROW_LOAD = re.compile(r"^(\s+)(x\d+) = (tl\.load\([^\n]*\(cols \*[^\n]*\))\.to\(tl\.float32\)$",
-                       re.M)
+                       re.MULTILINE)
 
 
 def packed_rows(source: str) -> str:
@@ -365,7 +365,7 @@ def packed_rows(source: str) -> str:
     def edit(name: str, body: str) -> str:
         if not name.endswith(("_single_pass_kernel", "_persistent_kernel")):
             return body
-        names = set(m.group(2) for m in _ROW_LOAD.finditer(body))
+        names = {m.group(2) for m in _ROW_LOAD.finditer(body)}
         body = _ROW_LOAD.sub(lambda m: f"{m.group(1)}{m.group(2)}_h = {m.group(3)}", body)
         for x in names:
             body = re.sub(rf"\b{x}\b(?!_h)", f"_probe_widen({x}_h)", body)
