@@ -240,6 +240,13 @@ CASES: dict[str, list[dict[str, Any]]] = {
         *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, **extra}
           for w, extra in ((8, {"maxnreg": 128}), (16, {"maxnreg": 64}), (32, {"maxnreg": 32}),
                            (16, {}), (32, {})))],
+    # item 45, second call: the persistent softmax with two programs per SM, each staging the
+    # next row (cp.async) as the pick does
+    "softmax:4096x32768:bf16@pack2": [
+        {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": 3,
+         "PROGRAMS_PER_SM": 1},
+        *({"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, "num_stages": 2,
+           "PROGRAMS_PER_SM": 2, "maxnreg": r} for w, r in ((16, 64), (32, 32)))],
     "layernorm:4096x32768:bf16@pack": [
         *({"strategy": "looped", "ROWS": 1, "BLOCK_N": b, "num_warps": 32, "VAR1": True}
           for b in (8192, 16384)),
