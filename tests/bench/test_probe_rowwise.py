@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import tempfile
+from pathlib import Path
+
 import torch
 
 from bench.probe_rowwise import transform
@@ -146,3 +150,47 @@ def test_lhoist_moves_the_target_loads_before_the_loop_and_stays_right() -> None
     assert body.index("tl.load(in1_ptr") < body.index("for start in")
     _run("cross_entropy", src, "probe_lhoist", (5, 1023),
          {"strategy": "looped", "ROWS": 1, "BLOCK_N": 256, "num_warps": 2})
+
+
+def test_pack16_recomputes_from_the_packed_row_and_stays_right() -> None:
+    # fp32 rows take the helper's plain .to() branch, which the interpreter runs: the rewrite
+    # (each use widens the row again; what derives from it is recomputed) keeps the math
+    for op in ("softmax", "layernorm", "rmsnorm"):
+        _, gen_op = generated(op)
+        src = transform(gen_op.triton_module_source(), "pack16")
+        body = src[src.index(f"def _{op}_single_pass_kernel("):]
+        body = body[:body.index("\n\n\n")]
+        assert "x1_h = tl.load(" in body and not re.search(r"\bx1\b", body), op
+        if op == "softmax":  # the exps: once for the sum, once more for the output
+            assert body.count("tl.exp2(") == 2
+        for cfg in ({"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 2048, "num_warps": 2},
+                    {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 2048, "num_warps": 2,
+                     "num_stages": 2}):
+            extra = [{"VAR1": False}, {"VAR1": True}] if op == "layernorm" else [{}]
+            for more in extra:
+                _run(op, src, f"probe_pack16_{op}", (5, 1537), {**cfg, **more})
+
+
+def test_pack16_widens_bf16_at_each_use_in_the_compiled_kernel() -> None:
+    # the interpreter cannot run inline asm: cross-compile for sm_90 and read the PTX. One
+    # widening per use of the row (the max, the sum of exps, the output) shows that LLVM
+    # neither hoisted it to the load nor merged the uses.
+    import hwmodels
+    import targets
+    from targets.base import LaunchConfig
+
+    hw = hwmodels.get("h100")
+    spec, gen_op = generated("softmax")
+    src = transform(gen_op.triton_module_source(), "pack16")
+    cfg = {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 1024, "num_warps": 4}
+    inputs = tuple(spec.make_inputs((64, 1024), torch.bfloat16, torch.device("meta"),
+                                    torch.Generator().manual_seed(0)))
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "softmax_pack16.py"
+        path.write_text(src)
+        (ref,) = [r for r in gen_op.kernel_refs(inputs, cfg, source_path=str(path))
+                  if r.name.endswith("_single_pass_kernel")]
+        rep = targets.for_device(hw).compile(ref, LaunchConfig(4, 1, {}), hw)
+    ptx = rep.artifacts["ptx"]
+    # 1024 values over 128 threads: 8 a thread, 4 packed pairs, widened at 3 uses
+    assert ptx.count("shl.b32") >= 3 * 4 and ptx.count("and.b32 %r") >= 3 * 4, ptx[:2000]
