@@ -39,6 +39,11 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          scalar load per poll and no block reduction, before it polls whole blocks (item 41)
   gridwait the fold first waits for the main grid to finish (griddepcontrol.wait, as before
          item 41) on every early launch, then finds its words stamped
+  pack16 the single pass and the persistent kernel keep each row-wide 16-bit load packed (two
+         values to a register), widen it at each use by inline asm the compiler may not hoist,
+         and recompute what derives from it (the softmax's exps) instead of holding it in fp32:
+         half the registers for the row (item 45; NVIDIA only, the interpreter runs its fp32
+         branch alone)
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
          x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
          (no fold kernel)
