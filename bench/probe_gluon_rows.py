@@ -173,6 +173,63 @@ def _rows_smem(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps,
         mbarrier.invalidate(bars.index(s))
 
 
+@gluon.jit
+def _ws_loader(x_desc, bufs, ready, empty, n_rows, S: gl.constexpr, STAGES: gl.constexpr):
+    # the worker warp: a TMA copy of each of the program's rows into the next free stage
+    NBYTES: gl.constexpr = bufs.shape[1] * bufs.shape[2] * 2
+    pid = gl.program_id(0)
+    grid = gl.num_programs(0)
+    i = 0
+    for row in range(pid, n_rows, grid):
+        stage = i % STAGES
+        # a fresh barrier passes a wait for parity 1: the first round finds every stage free
+        mbarrier.wait(empty.index(stage), ((i // STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(stage), NBYTES)
+        _tma_load(x_desc, [row * S, 0], ready.index(stage), bufs.index(stage))
+        i += 1  # noqa: SIM113 (no enumerate in a kernel)
+
+
+@gluon.jit
+def _ws_softmax_rows(y_ptr, bufs, ready, empty, n_rows, S: gl.constexpr, W: gl.constexpr,
+                     STAGES: gl.constexpr):
+    # the default partition: each row from its stage into registers (the row's values stay
+    # there, as in the porter's picks), the stage freed once the max has been taken (every
+    # warp has read it by then), the exps computed once
+    tile_layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [gl.num_warps(), 1], [1, 0])
+    pid = gl.program_id(0)
+    grid = gl.num_programs(0)
+    tile = (gl.arange(0, S, layout=gl.SliceLayout(1, tile_layout))[:, None] * W
+            + gl.arange(0, W, layout=gl.SliceLayout(0, tile_layout))[None, :])
+    i = 0
+    for row in range(pid, n_rows, grid):
+        stage = i % STAGES
+        mbarrier.wait(ready.index(stage), (i // STAGES) & 1)
+        x = bufs.index(stage).load(tile_layout).to(gl.float32) * LOG2E
+        m = gl.max(gl.max(x, axis=1), axis=0)
+        mbarrier.arrive(empty.index(stage))
+        e = gl.exp2(x - m)
+        inv = 1.0 / gl.sum(gl.sum(e, axis=1), axis=0)
+        gl.store(y_ptr + row.to(gl.int64) * (S * W) + tile, (e * inv).to(y_ptr.dtype.element_ty))
+        i += 1  # noqa: SIM113 (no enumerate in a kernel)
+
+
+@gluon.jit
+def _softmax_ws(x_desc, y_ptr, w_ptr, b_ptr, n_rows, eps, S: gl.constexpr, W: gl.constexpr,
+                STAGES: gl.constexpr, LOADER_REGS: gl.constexpr):
+    # Warp-specialized softmax (item 46): one loader warp keeps STAGES rows arriving by TMA
+    # while the default partition's warps hold a row in registers. w_ptr, b_ptr and eps are
+    # unused: the arguments of _rows_smem, so that one launcher serves both.
+    bufs = gl.allocate_shared_memory(x_desc.dtype, [STAGES, S, W], x_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize([(_ws_softmax_rows, (y_ptr, bufs, ready, empty, n_rows, S, W, STAGES)),
+                        (_ws_loader, (x_desc, bufs, ready, empty, n_rows, S, STAGES))],
+                       [1], [LOADER_REGS])
+
+
 OPS = {"softmax": 0, "rmsnorm": 1, "layernorm": 2}
 
 
@@ -202,6 +259,12 @@ def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
     eps = 1e-5 if op == "layernorm" else 1e-6
     x_desc = _descriptor(x, w_tile, cfg["CH"], cfg.get("ONE_BOX", False))
     args = (x_desc, y, weight, bias, n_rows, eps)
+    if cfg.get("WS"):
+        if op != "softmax" or not cfg.get("ONE_BOX"):
+            raise ValueError("the warp-specialized kernel is a softmax of one TMA box per row")
+        consts = {"S": n_cols // w_tile, "W": w_tile, "STAGES": cfg["STAGES"],
+                  "LOADER_REGS": cfg["LOADER_REGS"], "num_warps": cfg["num_warps"]}
+        return args, consts, y
     consts = {"OP": OPS[op], "S": n_cols // w_tile, "W": w_tile, "CH": cfg["CH"],
               "STAGES": cfg["STAGES"], "E_SMEM": cfg.get("E_SMEM", False),
               "ONE_BOX": cfg.get("ONE_BOX", False), "UNROLL_OUT": cfg.get("UNROLL_OUT", False),
@@ -209,11 +272,15 @@ def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
     return args, consts, y
 
 
+def _kernel(cfg: dict[str, Any]) -> Any:
+    return _softmax_ws if cfg.get("WS") else _rows_smem
+
+
 def launch(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]) -> torch.Tensor:
     args, consts, y = _kernel_args(op, inputs, cfg)
     sms = torch.cuda.get_device_properties(y.device).multi_processor_count
     grid = (min(args[4], sms * cfg["per_sm"]),)
-    _rows_smem[grid](*args, **consts)
+    _kernel(cfg)[grid](*args, **consts)
     return y
 
 
@@ -229,14 +296,15 @@ def compile_variant(op: str, shape: tuple[int, int], cfg: dict[str, Any],
     inputs = (x, torch.empty(shape[1], dtype=torch.bfloat16),
               torch.empty(shape[1], dtype=torch.bfloat16))
     args, consts, _ = _kernel_args(op, inputs, cfg)
-    names = list(_rows_smem.arg_names)
+    kernel = _kernel(cfg)
+    names = list(kernel.arg_names)
     signature = {name: mangle_type(a) for name, a in zip(names, args, strict=False)}
     signature.update({name: "constexpr" for name in consts if name != "num_warps"})
     constexprs = {(names.index(k),): v for k, v in consts.items() if k != "num_warps"}
     # the 16-byte alignment the launcher's specialization sees on the device
     attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(args)
              if isinstance(a, torch.Tensor)}
-    src = GluonASTSource(_rows_smem, signature, constexprs, attrs)
+    src = GluonASTSource(kernel, signature, constexprs, attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32),
                           options={"num_warps": cfg["num_warps"]})
 
@@ -259,18 +327,30 @@ SMEM = ([{"W": 256, "num_warps": nw, "CH": ch, "STAGES": st, "per_sm": ps, "ONE_
 CASES = ("layernorm:4096x32768:bf16", "softmax:4096x32768:bf16", "rmsnorm:4096x32768:bf16")
 
 
-def variants(op: str) -> list[dict[str, Any]]:
-    if op != "softmax":
-        return SMEM
-    return [{**c, "E_SMEM": e} for c in SMEM if not c.get("UNROLL_OUT") for e in (True, False)]
+# item 46: the warp-specialized softmax (num_warps of the default partition, STAGES); one
+# loader warp
+WS = [{"W": 256, "CH": 128, "num_warps": nw, "STAGES": st, "per_sm": 1, "ONE_BOX": True,
+       "WS": True, "LOADER_REGS": 24} for nw, st in ((16, 2), (16, 3), (8, 3))]
+FAMILIES = ("smem", "ws")
 
 
-def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
+def variants(op: str, families: tuple[str, ...] = FAMILIES) -> list[dict[str, Any]]:
+    smem = [] if "smem" not in families else SMEM if op != "softmax" else [
+        {**c, "E_SMEM": e} for c in SMEM if not c.get("UNROLL_OUT") for e in (True, False)]
+    return smem + (WS if op == "softmax" and "ws" in families else [])
+
+
+def probe_case(text: str, hw: Any, reps: int,
+               families: tuple[str, ...] = FAMILIES) -> list[dict[str, Any]]:
     from bench.probe_rowwise import probe_beside_picks
 
     op = text.split(":")[0]
     hand = []
-    for cfg in variants(op):
+    for cfg in variants(op, families):
+        if cfg.get("WS"):
+            key = f"ws w{cfg['num_warps']}+1 st{cfg['STAGES']}"
+            hand.append((key, cfg, lambda *a, _c=cfg: launch(op, a, _c)))
+            continue
         key = (f"smem w{cfg['num_warps']} ch{cfg['CH']} st{cfg['STAGES']} x{cfg['per_sm']}"
                + (" box" if cfg.get("ONE_BOX") else "")
                + (" unroll" if cfg.get("UNROLL_OUT") else "")
@@ -279,14 +359,15 @@ def probe_case(text: str, hw: Any, reps: int) -> list[dict[str, Any]]:
     return probe_beside_picks(text, hw, reps, PICKS[op], hand)
 
 
-def compile_report(case: str, arch: int = 90, limit: int | None = None) -> list[dict[str, Any]]:
+def compile_report(case: str, arch: int = 90, limit: int | None = None,
+                   families: tuple[str, ...] = FAMILIES) -> list[dict[str, Any]]:
     """What each variant of `case` (the first `limit`) compiles to for sm_<arch>."""
     from bench.sweep import parse_case
     from targets.triton_cuda import dump_resource_usage
 
     op, shape, _ = parse_case(case)
     rows = []
-    for cfg in variants(op)[:limit]:
+    for cfg in variants(op, families)[:limit]:
         kernel = compile_variant(op, shape, cfg, arch)
         fields, note = dump_resource_usage(kernel.asm["cubin"], kernel.name)
         rows.append({"case": case, "config": cfg, **fields, "note": note,
@@ -305,15 +386,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--report", action="store_true",
                     help="cross-compile every variant for sm_90 and print what it uses; no GPU")
     ap.add_argument("--limit", type=int, help="--report: the first LIMIT variants of each case")
+    ap.add_argument("--families", default=",".join(FAMILIES),
+                    help="kernels to probe: smem (rows held in shared memory, item 44), ws "
+                         "(the warp-specialized softmax, item 46)")
     args = ap.parse_args(argv)
+    families = tuple(f for f in args.families.split(",") if f)
+    if unknown := set(families) - set(FAMILIES):
+        ap.error(f"unknown families {sorted(unknown)}; known: {', '.join(FAMILIES)}")
     if args.report:
         for case in args.cases.split(","):
-            for row in compile_report(case, limit=args.limit):
+            for row in compile_report(case, limit=args.limit, families=families):
                 print(json.dumps(row), flush=True)
         return 0
     if args.out is None:
         ap.error("--out is required to run on the GPU")
-    probe_cases("probe_gluon_rows", args.cases.split(","), args.reps, args.out, probe_case)
+    probe_cases("probe_gluon_rows", args.cases.split(","), args.reps, args.out,
+                lambda text, hw, reps: probe_case(text, hw, reps, families))
     return 0
 
 
