@@ -372,6 +372,9 @@ def compile_report(case: str, arch: int = 90, limit: int | None = None,
         fields, note = dump_resource_usage(kernel.asm["cubin"], kernel.name)
         rows.append({"case": case, "config": cfg, **fields, "note": note,
                      "shared_bytes": kernel.metadata.shared,
+                     # every warp of a program, a warp-specialized kernel's workers included
+                     "warps": kernel.metadata.num_warps,
+                     "setmaxnreg": kernel.asm["ptx"].count("setmaxnreg"),
                      "tma_copies": kernel.asm["ptx"].count("cp.async.bulk.tensor")})
     return rows
 

@@ -47,7 +47,7 @@ def test_every_variant_builds_with_tma_and_fits_its_sm(report: list[dict]) -> No
         assert row["tma_copies"] >= 1, row
         assert row["STACK"] == 0 and row["LOCAL"] == 0, row  # no spills
         # per_sm programs share one SM: 64K registers and 228 KB of shared memory
-        assert row["REG"] * 32 * cfg["num_warps"] * cfg["per_sm"] <= 65536, row
+        assert row["REG"] * 32 * row["warps"] * cfg["per_sm"] <= 65536, row
         assert row["shared_bytes"] * cfg["per_sm"] <= 228 * 1024, row
 
 
@@ -68,3 +68,29 @@ def test_rows_that_are_not_whole_chunks_are_refused() -> None:
                                       cfg)
     with pytest.raises(ValueError, match="not whole"):  # a 32-bit row is not a 16-bit TMA box
         probe_gluon_rows._kernel_args("softmax", (torch.empty(4, 4096),), cfg)
+
+
+@pytest.fixture(scope="module")
+def ws_report() -> list[dict]:
+    env = {**os.environ, "TRITON_INTERPRET": "0"}
+    cmd = [sys.executable, "bench/probe_gluon_rows.py", "--report", "--cases",
+           "softmax:4096x32768:bf16", "--families", "ws"]
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.skipif(cuobjdump_path() is None, reason="no cuobjdump to read the cubin")
+def test_the_warp_specialized_softmax_has_a_loader_warpgroup_and_fits(ws_report: list[dict]
+                                                                      ) -> None:
+    assert len(ws_report) == len(probe_gluon_rows.WS)
+    for row in ws_report:
+        cfg = row["config"]
+        assert row["tma_copies"] == 1, row  # one box per row, from the loader
+        assert row["STACK"] == 0 and row["LOCAL"] == 0, row
+        # the loader runs in a warpgroup of its own (setmaxnreg works per warpgroup), which
+        # gives its registers to the row's warps
+        assert row["warps"] == cfg["num_warps"] + 4 and row["setmaxnreg"] > 0, row
+        assert row["REG"] * 32 * row["warps"] <= 65536, row
+        assert row["shared_bytes"] >= cfg["STAGES"] * 64 * 1024, row
