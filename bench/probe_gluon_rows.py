@@ -19,12 +19,18 @@ the softmax's exps are written back over the row as fp16 (`E_SMEM`, one exp per 
 (0, 1] loses < 2^-11) or computed twice (two MUFU operations per element). Weights and biases
 are per-thread loads from global memory (L2) in the output pass.
 
+The `ws` family (item 46) is a softmax that keeps the row in registers instead: a loader warp
+(`gl.warp_specialize`, its own warpgroup) brings each of a persistent program's rows by TMA into
+one of STAGES buffers, and the default partition's warps load it into registers, free the
+buffer once the max is taken, and compute the exps once.
+
 Each variant is checked against the float64 reference first, then timed interleaved with the
 porter's own picks for the case, eager PyTorch and a copy of the same bytes
 (`harness.timing.compare`: LLC flushed every repetition, median of --reps). Needs an NVIDIA GPU
 of compute capability 9.0 or newer (TMA); `compile_variant` cross-compiles on a CPU.
 
     python bench/probe_gluon_rows.py --out /tmp/probe [--reps 50] [--cases softmax:4096x32768:bf16]
+        [--families smem,ws]
     python bench/probe_gluon_rows.py --report [--cases ...] [--limit N]   # any machine: what
         each variant compiles to for sm_90 (registers, spills, shared memory, TMA copies)
 """

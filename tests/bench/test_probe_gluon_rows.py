@@ -3,7 +3,8 @@
 Gluon kernels (explicit shared memory, TMA, mbarriers) have no CPU interpreter: their results are
 checked against float64 on the GPU, by the probe itself, before any is timed. Here each variant
 is cross-compiled and read back: it copies rows with TMA, fits one SM with its `per_sm`
-neighbours, does not spill, and keeps the row out of registers.
+neighbours, does not spill, and keeps the row out of registers; the warp-specialized softmax
+has its loader warpgroup and fits one SM.
 """
 
 from __future__ import annotations
