@@ -255,15 +255,16 @@ def _kernel_args(op: str, inputs: tuple[Any, ...], cfg: dict[str, Any]
     x = inputs[0]
     n_rows, n_cols = x.shape
     w_tile = cfg["W"]
-    if (n_cols % (w_tile * cfg["CH"]) or not x.is_contiguous() or x.element_size() != 2
+    ch = n_cols // w_tile if cfg.get("WS") else cfg["CH"]  # the ws kernel reads whole rows
+    if (n_cols % (w_tile * ch) or not x.is_contiguous() or x.element_size() != 2
             or (cfg.get("ONE_BOX") and n_cols // w_tile > 256)):  # a TMA box side <= 256
-        raise ValueError(f"{op}: a row of {n_cols} {x.dtype} is not whole [{cfg['CH']}, "
+        raise ValueError(f"{op}: a row of {n_cols} {x.dtype} is not whole [{ch}, "
                          f"{w_tile}] 16-bit chunks of a contiguous tensor")
     y = torch.empty_like(x)
     weight = inputs[1] if op != "softmax" else x
     bias = inputs[2] if op == "layernorm" else weight
     eps = 1e-5 if op == "layernorm" else 1e-6
-    x_desc = _descriptor(x, w_tile, cfg["CH"], cfg.get("ONE_BOX", False))
+    x_desc = _descriptor(x, w_tile, ch, cfg.get("ONE_BOX", False))
     args = (x_desc, y, weight, bias, n_rows, eps)
     if cfg.get("WS"):
         if op != "softmax" or not cfg.get("ONE_BOX"):
@@ -335,7 +336,7 @@ CASES = ("layernorm:4096x32768:bf16", "softmax:4096x32768:bf16", "rmsnorm:4096x3
 
 # item 46: the warp-specialized softmax (num_warps of the default partition, STAGES); one
 # loader warp
-WS = [{"W": 256, "CH": 128, "num_warps": nw, "STAGES": st, "per_sm": 1, "ONE_BOX": True,
+WS = [{"W": 256, "num_warps": nw, "STAGES": st, "per_sm": 1, "ONE_BOX": True,
        "WS": True, "LOADER_REGS": 24} for nw, st in ((16, 2), (16, 3), (8, 3))]
 FAMILIES = ("smem", "ws")
 

@@ -26,17 +26,20 @@ CASES = "layernorm:4096x32768:bf16,softmax:4096x32768:bf16"
 LIMIT = 16  # every layernorm variant, the softmax's first 16 (both E_SMEM forms): ~15 s
 
 
-@pytest.fixture(scope="module")
-def report() -> list[dict]:
+def _report(*args: str) -> list[dict]:
     # a process of its own: the test session imports Triton for its interpreter
     # (TRITON_INTERPRET=1), and Gluon's jit functions are bound to it at import
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    cmd = [sys.executable, "bench/probe_gluon_rows.py", "--report", "--cases", CASES,
-           "--limit", str(LIMIT)]
+    cmd = [sys.executable, "bench/probe_gluon_rows.py", "--report", *args]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.fixture(scope="module")
+def report() -> list[dict]:
+    return _report("--cases", CASES, "--limit", str(LIMIT))
 
 
 @pytest.mark.skipif(cuobjdump_path() is None, reason="no cuobjdump to read the cubin")
@@ -73,13 +76,7 @@ def test_rows_that_are_not_whole_chunks_are_refused() -> None:
 
 @pytest.fixture(scope="module")
 def ws_report() -> list[dict]:
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    cmd = [sys.executable, "bench/probe_gluon_rows.py", "--report", "--cases",
-           "softmax:4096x32768:bf16", "--families", "ws"]
-    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600,
-                          check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    return _report("--cases", "softmax:4096x32768:bf16", "--families", "ws")
 
 
 @pytest.mark.skipif(cuobjdump_path() is None, reason="no cuobjdump to read the cubin")
