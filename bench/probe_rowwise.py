@@ -267,7 +267,7 @@ TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16", "lane1")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 _LSE = """
 
@@ -324,6 +324,54 @@ def one_round_lse(source: str) -> str:
         return body
 
     return _with_helper(source, _edit_kernels(source, edit), _LSE)
+
+
+# softmax's one-block body from its max to the scaled exps (the emitter's names)
+_SM_BODY = re.compile(r"\n(\s+)(red\d+) = tl\.max\((x\d+), axis=1\)\[:, None\]\n.*?"
+                      r"\n\s+(v\d+) = \((v\d+) \* (inv\d+)\)\n", re.DOTALL)
+
+
+def lane_first_softmax(source: str) -> str:
+    """lane1: the single pass and the persistent softmax reduce each thread's max and sum of
+    exp inside the thread (the row viewed as [ROWS, BLOCK_N / LANES, LANES / VEC, VEC], LANES
+    the elements of one 16-byte load per thread, VEC those of one load, as in the looped
+    kernels since items 39-40), then combine the threads' (max, sum) pairs across the block
+    once: one block-wide reduction round per row where the emitter has two (the max, then the
+    sum that waits for it). Each thread rescales its exps by one exp, not one per element."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith(("_single_pass_kernel", "_persistent_kernel")):
+            return body
+        m = _SM_BODY.search(body)
+        if m is None:
+            return body
+        ind, x, out = m.group(1), m.group(3), m.group(4)
+        lines = [
+            f"g = tl.reshape({x}, [ROWS, BLOCK_N // LANES, LANES // VEC, VEC])",
+            "m_t = tl.max(tl.max(g, axis=3), axis=1)",  # inside each thread: no shuffle, no barrier
+            f"shift_t = tl.where(m_t > float('-inf'), m_t, 0.0) * {LOG2E}",
+            f"p = tl.exp2(g * {LOG2E} - shift_t[:, None, :, None])",
+            "row_m, row_s = tl.reduce((m_t, tl.sum(tl.sum(p, axis=3), axis=1)), 1, _probe_lse)",
+            "row_shift = tl.where(row_m > float('-inf'), row_m, 0.0)[:, None] * " + LOG2E,
+            # a fully masked thread's p is 0: its scale is 0, not exp2(-row_m) (inf if row_m << 0)
+            "scale = tl.where(m_t > float('-inf'), tl.exp2(shift_t - row_shift), 0.0) * "
+            "tl.math.div_rn(tl.cast(1.0, tl.float32), row_s[:, None])",
+            f"{out} = tl.reshape(p * scale[:, None, :, None], [ROWS, BLOCK_N])",
+        ]
+        return body[:m.start()] + "\n" + "".join(f"{ind}{ln}\n" for ln in lines) + body[m.end():]
+
+    out = _edit_kernels(source, edit)
+    if out == source:
+        return source
+    for kernel in ("_single_pass_kernel(", "_persistent_kernel("):
+        out = _kernel_arg(_kernel_arg(out, kernel, "LANES: tl.constexpr"), kernel, "VEC: tl.constexpr")
+    out = out.replace(
+        "    grid = triton.cdiv(n_rows, rows)\n",
+        "    grid = triton.cdiv(n_rows, rows)\n    if strategy in (\"single_pass\", \"persistent\"):\n"
+        "        extra[\"LANES\"] = looped_lanes(config[\"BLOCK_N\"], config[\"num_warps\"], "
+        "inputs[0].element_size())\n"
+        "        extra[\"VEC\"] = looped_vec(extra[\"LANES\"], inputs[0].element_size())\n", 1)
+    return _with_helper(source, out, _LSE)
 
 
 _FOLD_CONFIG = "    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n"  # the launcher's
@@ -517,12 +565,18 @@ def pipelined_loops(source: str) -> str:
     return _looped_kernel_arg(out, "LOOP_STAGES: tl.constexpr", 'config.get("num_stages", 1)')
 
 
+def _kernel_arg(source: str, kernel: str, param: str) -> str:
+    """The kernel whose name ends in `kernel` (with its "(") with one more parameter (`param`, a
+    signature line) last."""
+    head = source.index(kernel)
+    sig_end = source.index("):\n", head)
+    return source[:sig_end] + f"    {param},\n" + source[sig_end:]
+
+
 def _looped_kernel_arg(source: str, param: str, value: str) -> str:
     """The looped kernel with one more parameter (`param`, a signature line), which the
     launcher passes as `value` (a launcher expression) for the looped strategy."""
-    head = source.index("_looped_kernel(")
-    sig_end = source.index("):\n", head)
-    source = source[:sig_end] + f"    {param},\n" + source[sig_end:]
+    source = _kernel_arg(source, "_looped_kernel(", param)
     name = param.split(":")[0]
     return source.replace(
         "    grid = triton.cdiv(n_rows, rows)\n",
@@ -575,6 +629,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "piped": pipelined_loops,
     "lhoist": looped_hoist,
     "pack16": packed_rows,
+    "lane1": lane_first_softmax,
 }
 
 

@@ -194,3 +194,26 @@ def test_pack16_widens_bf16_at_each_use_in_the_compiled_kernel() -> None:
     ptx = rep.artifacts["ptx"]
     # 1024 values over 128 threads: 8 a thread, 4 packed pairs, widened at 3 uses
     assert ptx.count("shl.b32") >= 3 * 4 and ptx.count("and.b32 %r") >= 3 * 4, ptx[:2000]
+
+
+def test_lane1_reduces_in_each_thread_then_once_across_the_block() -> None:
+    _, gen_op = generated("softmax")
+    src = transform(gen_op.triton_module_source(), "lane1")
+    for kernel in ("single_pass", "persistent"):
+        body = src[src.index(f"def _softmax_{kernel}_kernel("):]
+        body = body[:body.index("\n\n\n")]
+        # one pair reduction across the block; the other reductions run over the thread's axes
+        assert body.count("tl.reduce(") == 1 and "axis=1)[:, None]" not in body, kernel
+    # masked lanes (1537 in 2048), a thread with every lane masked (70 in 128), a masked row
+    # (5 rows in blocks of 2), rows whose exps underflow in most threads (x * 60)
+    for shape, block, warps in (((5, 1537), 2048, 2), ((5, 70), 128, 1)):
+        for cfg in ({"strategy": "single_pass", "ROWS": 2, "BLOCK_N": block, "num_warps": warps},
+                    {"strategy": "persistent", "ROWS": 1, "BLOCK_N": block, "num_warps": warps,
+                     "num_stages": 2}):
+            _run("softmax", src, "probe_lane1", shape, cfg)
+    spec, _ = generated("softmax")
+    module = load_generated_module(src, "probe_lane1_wide", interpret=True)
+    x = torch.randn(3, 1023, generator=torch.Generator().manual_seed(3)) * 60
+    got = module.launch(x, config={"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 1024,
+                                   "num_warps": 2})
+    torch.testing.assert_close(got.double(), spec.reference(x.double()), atol=1e-6, rtol=1e-5)
