@@ -353,8 +353,8 @@ def lane_first_softmax(source: str) -> str:
             f"p = tl.exp2(g * {LOG2E} - shift_t[:, None, :, None])",
             "row_m, row_s = tl.reduce((m_t, tl.sum(tl.sum(p, axis=3), axis=1)), 1, _probe_lse)",
             "row_shift = tl.where(row_m > float('-inf'), row_m, 0.0)[:, None] * " + LOG2E,
-            # a fully masked thread's p is 0: its scale is 0, not exp2(-row_m) (inf if row_m << 0)
-            "scale = tl.where(m_t > float('-inf'), tl.exp2(shift_t - row_shift), 0.0) * "
+            # (a fully masked thread's scale may overflow: its lanes are not stored)
+            "scale = tl.exp2(shift_t - row_shift) * "
             "tl.math.div_rn(tl.cast(1.0, tl.float32), row_s[:, None])",
             f"{out} = tl.reshape(p * scale[:, None, :, None], [ROWS, BLOCK_N])",
         ]
