@@ -44,6 +44,9 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          and recompute what derives from it (the softmax's exps) instead of holding it in fp32:
          half the registers for the row (item 45; NVIDIA only, the interpreter runs its fp32
          branch alone)
+  lane1  softmax's single pass and persistent kernel: each thread's max and sum of exp over its
+         own elements, then one block-wide reduction of the threads' (max, sum) pairs, where
+         the emitter reduces the max across the block and then the sum (item 47)
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
          x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
          (no fold kernel)
@@ -239,6 +242,19 @@ CASES: dict[str, list[dict[str, Any]]] = {
                         (4, 4096, 32))],
     # item 45: the row kept 16-bit in registers (pack16), so that two one-row programs fit an SM
     # (maxnreg caps where ptxas would take more), beside the H200 run13 picks
+    # item 47: each thread's max and sum of exp, then one block-wide pair reduction (lane1)
+    "softmax:4096x32768:bf16@lane1": [
+        *({"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
+           "num_stages": s, "PROGRAMS_PER_SM": 1} for s in (2, 3, 4)),
+        *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w}
+          for w in (16, 32))],
+    "softmax:16384x8192:bf16@lane1": [
+        {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8, "num_stages": 3,
+         "PROGRAMS_PER_SM": 1},
+        *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 8192, "num_warps": w}
+          for w in (8, 16))],
+    "softmax:4096x4096:bf16@lane1": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096,
+                                      "num_warps": w} for w in (4, 8)],
     "softmax:4096x32768:bf16@pack": [
         {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": 3,
          "PROGRAMS_PER_SM": 1},
