@@ -370,8 +370,7 @@ def lane_first_softmax(source: str) -> str:
             "row_m, row_s = tl.reduce((m_t, tl.sum(tl.sum(p, axis=3), axis=1)), 1, _probe_lse)",
             "row_shift = tl.where(row_m > float('-inf'), row_m, 0.0)[:, None] * " + LOG2E,
             # (a fully masked thread's scale may overflow: its lanes are not stored)
-            "scale = tl.exp2(shift_t - row_shift) * "
-            "tl.math.div_rn(tl.cast(1.0, tl.float32), row_s[:, None])",
+            "scale = tl.exp2(shift_t - row_shift) * tl.math.div_rn(1.0, row_s[:, None])",
             f"{out} = tl.reshape(p * scale[:, None, :, None], [ROWS, BLOCK_N])",
         ]
         return body[:m.start()] + "\n" + "".join(f"{ind}{ln}\n" for ln in lines) + body[m.end():]
