@@ -57,9 +57,10 @@ def _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, 
 
 
 def looped_lanes(block_n, num_warps, elem_bytes, warp_size=32):
-    """Lane positions of the looped online softmax's running (max, sum): the elements one pass
-    of the program's threads loads, 16 bytes each, so that each position belongs to one thread
-    and the per-chunk max and sum stay inside it (bench/NOTES.md item 39)."""
+    """Lane positions of an online softmax's per-thread (max, sum): the elements one pass of
+    the program's threads loads, 16 bytes each, so that each position belongs to one thread
+    and the max and sum over its repetitions stay inside it (the looped kernel's running
+    values, bench/NOTES.md item 39; the one-block kernels' pairs, item 47)."""
     return min(block_n, num_warps * warp_size * max(1, 16 // elem_bytes))
 
 

@@ -456,6 +456,8 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
+        thread_pairs=bool(bodies.online_pairs),
+        lane_strategies=_lane_strategies(bodies)[0], vec_strategies=_lane_strategies(bodies)[1],
         heuristics=_heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
                                       heuristics.fold_config,
                                       heuristics.rowwise_full_blocks, heuristics.looped_lanes,
@@ -465,19 +467,21 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     var1 = ("VAR1",) if bodies.one_round_variance else ()
     pdl = ("PDL",) if bodies.post else ()
     # the looped kernel's lane constexprs: an online softmax's LANES, a one-pass variance's
-    # LANES, VEC and VAR1
+    # LANES, VEC and VAR1; the one-block kernels' per-thread (max, sum) pairs take LANES and VEC
     lanes = (("LANES",) if bodies.online_pairs or bodies.one_round_variance else ()) + (
         ("VEC", "VAR1") if bodies.one_round_variance else ())
+    thread = ("LANES", "VEC") if bodies.online_pairs else ()
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "EVEN", *var1, "HOIST", *pdl) if bodies.single_hoisted
-                   else ("ROWS", "BLOCK_N", "EVEN", *var1, *pdl), ("single_pass",),
+                   ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, "HOIST", *pdl)
+                   if bodies.single_hoisted
+                   else ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, *pdl), ("single_pass",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "EVEN", *lanes, *pdl), ("looped",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1, *pdl), ("persistent",),
+                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1, *thread, *pdl), ("persistent",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1, *pdl), ("two_block",),
@@ -492,6 +496,15 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
               "hoist": bodies.single_hoisted is not None,
               "one_round_variance": bodies.one_round_variance}
     return op
+
+
+def _lane_strategies(bodies: rowwise.RowBodies) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(strategies whose kernel takes LANES, those that also take VEC): the looped kernel for an
+    online softmax or a one-pass variance (VEC with the variance only); the single pass and the
+    persistent kernel for an online softmax's per-thread (max, sum) pairs."""
+    one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
+    looped = ("looped",) if bodies.online_pairs or bodies.one_round_variance else ()
+    return looped + one_block, (("looped",) if bodies.one_round_variance else ()) + one_block
 
 
 def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:

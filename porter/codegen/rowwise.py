@@ -317,20 +317,56 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.reduced[r.id], em.reduced[second.id] = names[0], names[1]
         return selects
 
+    def max_and_sum_per_thread(em: Emitter, r: Node, s: Node) -> int:
+        """r, the row's max of g, and s, its sum of exp(g - max), from one block-wide reduction:
+        the row is viewed as [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC,
+        VEC the elements of one 16-byte load), so that axes 1 and 3 hold what each thread owns;
+        each thread takes the max and the sum of exps of its own elements, then the threads'
+        (max, sum) pairs combine across the block once, where reducing the max across the block
+        and then the sum takes two rounds (bench/NOTES.md item 47). exp(g - max) itself, where
+        the code after uses it (softmax's output), is each thread's exps rescaled by one exp.
+        Returns how many selects of the masked lanes it needed."""
+        gv = em.eval(r.args[0], full)
+        gl = _lanes_as_identity(em, gv, "max")
+        gt = em.tmp(f"tl.reshape({gl}, [ROWS, BLOCK_N // LANES, LANES // VEC, VEC])", "g")
+        m_t = em.tmp(f"tl.max(tl.max({gt}, axis=3), axis=1)", "m_t")  # inside the thread
+        # a thread that holds only padding (-inf) is shifted by 0: -inf - -inf is NaN
+        sh_t = em.tmp(f"tl.where({m_t} > float('-inf'), {m_t}, 0.0) * {LOG2E}", "shift_t")
+        p = em.tmp(f"tl.exp2({gt} * {LOG2E} - {sh_t}[:, None, :, None])", "p")
+        m_row, s_row = em.tmps(f"tl.reduce(({m_t}, tl.sum(tl.sum({p}, axis=3), axis=1)), 1, "
+                               "_max_sum_exp)", "m_row", "s_row")
+        em.reduced[r.id] = em.tmp(f"{m_row}[:, None]", "red")
+        em.reduced[s.id] = em.tmp(f"{s_row}[:, None]", "red")
+        e = s.args[0]
+        if any(e in n.args for n in g.live() if n is not s) or e in g.outputs:
+            sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}",
+                            "shift")
+            # m_t <= the row's max, so the scale is at most 1; a padding-only thread's is 0,
+            # which keeps exp(g - max) 0 in every masked lane
+            scale = em.tmp(f"tl.where({m_t} > float('-inf'), tl.exp2({sh_t} - {sh_row}[:, None])"
+                           ", 0.0)", "scale")
+            ev = em.tmp(f"tl.reshape({p} * {scale}[:, None, :, None], [ROWS, BLOCK_N])", "e")
+            em.memo[(e.id, full, None)] = ev
+            em.masked[ev] = 0.0
+        return int(gl != gv)
+
     # ---- single pass: every row lives in registers; each load happens once -----------------
     def reduce_single(em: Emitter) -> int:
         """Emit the reductions; returns how many needed a select of the masked lanes."""
         selects = 0
         for r in plan.main:
-            if r.id in variance_second:
+            if r.id in variance_second or r.id in paired_sums:
                 continue
             if r.id in variance:
                 selects += mean_and_variance(em, r, ((full, em.full_mask),))
+            elif r.id in pairs:
+                selects += max_and_sum_per_thread(em, r, pairs[r.id])
             else:
                 selects += reduce_blocks(em, r, ((full, em.full_mask),))
         return selects
 
     pairs = _online_pairs(plan)
+    paired_sums = {s.id for s in pairs.values()}
     fills = _choose_fills(g, plan, lambda fl: reduce_single(_trial(new_emitter(), fl)))
     em = new_emitter()
     reduce_single(em)
@@ -372,7 +408,6 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
 
     # ---- looped: one pass over the row per reduction (max+sum(exp) share one), then outputs --
     em = new_emitter()
-    paired_sums = {s.id for s in pairs.values()}
 
     def open_loop() -> None:
         """Start a loop over the row's BLOCK_N chunks (values computed inside stay inside)."""
@@ -448,10 +483,10 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.reset()
 
     ssq = _ssq_pairs(plan)
-    paired_sums |= {s.id for s in ssq.values()}
+    looped_with_max = paired_sums | {s.id for s in ssq.values()}
     online: list[tuple[int, int]] = []
     for r in plan.main:
-        if r.id in paired_sums:
+        if r.id in looped_with_max:
             continue
         if r.id in ssq:
             # max |x| and sum((|x| / max)^2) in one pass: rescale the sum when the max grows.

@@ -134,9 +134,12 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
 
 
 def _add_lanes(cfg: dict[str, Any], op: GeneratedOp, eb: int, warp: int) -> None:
-    """A looped config of an op with an online softmax or a one-pass variance gets its LANES
-    for this warp width (the launcher's own default assumes 32-wide warps)."""
-    if cfg["strategy"] == "looped" and (op._mm.get("online") or op._mm.get("one_round_variance")):
+    """A looped config of an op with an online softmax or a one-pass variance, and a single-pass
+    or persistent config of an online softmax (its per-thread pairs), gets its LANES for this
+    warp width (the launcher's own default assumes 32-wide warps)."""
+    online = bool(op._mm.get("online"))
+    if (cfg["strategy"] == "looped" and (online or op._mm.get("one_round_variance"))) or \
+            (cfg["strategy"] in ("single_pass", "persistent") and online):
         cfg["LANES"] = heuristics.looped_lanes(cfg["BLOCK_N"], cfg["num_warps"], eb, warp)
 
 

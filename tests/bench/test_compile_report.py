@@ -29,7 +29,9 @@ def test_sass_counts_keep_the_width_of_global_loads(capsys) -> None:
 
 def test_full_rows_drop_the_select_of_masked_lanes(tmp_path) -> None:
     # The persistent kernel's pipelined loads (cp.async) fill masked lanes with 0, so its -inf
-    # fill is a select per element: gone with EVEN (full rows), back without it (`masked`).
+    # fill is a select per element (16 a thread here): gone with EVEN (full rows), back without
+    # it (`masked`). The selects left with EVEN are per thread: the per-thread (max, sum)
+    # pairs' guards and their combine's (item 47).
     config = {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 8,
               "num_stages": 3, "PROGRAMS_PER_SM": 1}
     fsel = {}
@@ -39,4 +41,4 @@ def test_full_rows_drop_the_select_of_masked_lanes(tmp_path) -> None:
                      "--config", json.dumps(config)]) == 0
         sass = (tmp_path / transform / "_softmax_persistent_kernel.sass").read_text()
         fsel[transform] = sass.count(" FSEL ")
-    assert fsel["base"] == 0 and fsel["masked"] >= 16
+    assert fsel["base"] < 16 and fsel["masked"] - fsel["base"] >= 16, fsel

@@ -494,6 +494,37 @@ def test_looped_online_softmax_runs_per_lane_and_stays_right(lanes, dtype) -> No
         run_generated(cross_entropy, args, "ce_lanes_bad", {**cfg, "LANES": 3})
 
 
+@pytest.mark.parametrize("strategy", ["single_pass", "persistent"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_one_block_online_softmax_pairs_each_threads_max_and_sum(strategy, dtype) -> None:
+    # The single pass and the persistent kernel take each thread's max and sum of exp over its
+    # own elements, then combine the threads' (max, sum) pairs across the block once (NOTES
+    # item 47). Threads that hold only -inf or only padding (70 columns in a 128 block, 4
+    # elements a thread) must not turn NaN; rows whose exps underflow in most threads (x * 60)
+    # must keep their sum; a masked row (7 rows in blocks of 2) stays unwritten.
+    x = rand(7, 70, dtype=dtype) * 2.0
+    x[1, :40] = float("-inf")  # whole threads -inf
+    x[2, ::3] = float("-inf")
+    x[5] = x[5] * 30.0
+    target = torch.tensor([5, 60, 10, 0, 1, 69, 33])  # no target on a -inf logit
+    cfg = {"strategy": strategy, "ROWS": 2, "BLOCK_N": 128, "num_warps": 1,
+           **({"num_stages": 2} if strategy == "persistent" else {})}
+    for fn, args in ((softmax, (x,)), (log_softmax, (x,)), (cross_entropy, (x, target))):
+        op = check(fn, args, f"{fn.__name__}_pairs_{strategy}", dtype, config=cfg, use_out=True)
+        src = op.triton_module_source()
+        kernel = src[src.index(f"_{strategy}_kernel("):]
+        kernel = kernel[:kernel.index("\n\n\n")]
+        # one reduction across the block (in each branch of a HOIST kernel: cross-entropy's);
+        # no row-wide tl.max(..., axis=1)[:, None] before it
+        branches = 2 if "if HOIST:" in kernel else 1
+        assert kernel.count("_max_sum_exp)") == branches, fn
+        assert "axis=1)[:, None]" not in kernel, fn
+        assert op.kernel_refs(args, cfg)[0].constexprs["LANES"] == heuristics.looped_lanes(
+            128, 1, x.element_size())
+    with pytest.raises(ValueError, match=f"{strategy} needs LANES dividing BLOCK_N 128, got 3"):
+        run_generated(softmax, (x,), "softmax_pairs_bad", {**cfg, "LANES": 3})
+
+
 @pytest.mark.parametrize("fn", [layernorm, softmax, add_rmsnorm, cross_entropy],
                          ids=["layernorm", "softmax", "add_rmsnorm_two_outputs", "ce_fold"])
 def test_persistent_strategy_walks_every_row_block(fn: Callable[..., Any]) -> None:
@@ -601,14 +632,14 @@ def test_masked_lanes_load_the_reductions_identity() -> None:
     op = check(softmax, (x,), "softmax_fill", torch.float32, config=cfg, use_out=True)
     single = _single_pass(op)
     assert "other=float('-inf')" in single
-    assert "tl.where" not in single
+    assert "tl.where(mask" not in single
 
     def spread(a):  # a min: +inf in the masked lanes
         return a - torch.amin(a, dim=-1, keepdim=True)
 
     op = check(spread, (x,), "spread_fill", torch.float32, config=cfg, use_out=True)
     assert "other=float('inf')" in _single_pass(op)
-    assert "tl.where" not in _single_pass(op)
+    assert "tl.where(mask" not in _single_pass(op)
 
 
 def test_masked_lanes_keep_a_select_where_the_fill_is_not_the_identity() -> None:
