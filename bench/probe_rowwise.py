@@ -23,9 +23,10 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          step has the FFMA form since item 39; their part of ffma and lse1 is at git 7ff877c)
   masked the kernels without their EVEN (`| EVEN` dropped): every lane masked as before
          item 37, where full row and column blocks (EVEN) leave constant masks the compiler drops
-  lse1   softmax and cross-entropy: the max and the sum of exp(x - max) from one reduction of
-         (max, sum) pairs (one exp per combine) instead of a sum that waits for the max; in the
-         single pass and the persistent kernel per row
+  (lse1, the max and the sum of exp(x - max) as one reduction of (max, sum) pairs with an
+  exp per element (item 36), and lane1, the same pairs per thread first (item 47, the
+  emitter's form since), rewrote the one-block softmax of before item 47: both are at git
+  5076ea0)
   nopdl  the fold kernel launched after the main kernel, not early (programmatic dependent
          launch off, as PORTER_PDL=0 does)
   wbloop the persistent kernel's weight and bias loads inside its row loop (item 39)
@@ -43,10 +44,7 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          values to a register), widen it at each use by inline asm the compiler may not hoist,
          and recompute what derives from it (the softmax's exps) instead of holding it in fp32:
          half the registers for the row (item 45; NVIDIA only, the interpreter runs its fp32
-         branch alone)
-  lane1  softmax's single pass and persistent kernel: each thread's max and sum of exp over its
-         own elements, then one block-wide reduction of the threads' (max, sum) pairs, where
-         the emitter reduces the max across the block and then the sum (item 47)
+         branch alone; its softmax form is for the two-round softmax, at git 5076ea0)
   diag_* diagnostics, wrong by design and timed unchecked: diag_noexp (the softmax exp as
          x - m), diag_nob / diag_now (layernorm without its bias / weight load), diag_nofold
          (no fold kernel)
@@ -242,7 +240,8 @@ CASES: dict[str, list[dict[str, Any]]] = {
                         (4, 4096, 32))],
     # item 45: the row kept 16-bit in registers (pack16), so that two one-row programs fit an SM
     # (maxnreg caps where ptxas would take more), beside the H200 run13 picks
-    # item 47: each thread's max and sum of exp, then one block-wide pair reduction (lane1)
+    # item 47: each thread's max and sum of exp, then one block-wide pair reduction (the lane1
+    # transform at git 5076ea0; the emitter's base form since)
     "softmax:4096x32768:bf16@lane1": [
         *({"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
            "num_stages": s, "PROGRAMS_PER_SM": 1} for s in (2, 3, 4)),
@@ -279,27 +278,12 @@ CASES: dict[str, list[dict[str, Any]]] = {
         *({"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": w, **extra}
           for w, extra in ((8, {}), (16, {"maxnreg": 64}), (32, {"maxnreg": 32}), (32, {})))],
 }
-TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "lse1", "masked",
+TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "masked",
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16", "lane1")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
-_LSE = """
-
-@triton.jit
-def _probe_lse(m_a, s_a, m_b, s_b):
-    # (max, sum of exp(x - max)) pairs, one exp per combine; equal maxes (-inf too) scale by 1
-    d = tl.where(m_a == m_b, 0.0, tl.abs(m_a - m_b))
-    e = tl.exp2(-d * 1.4426950408889634)
-    return tl.maximum(m_a, m_b), tl.where(m_a >= m_b, s_a + s_b * e, s_a * e + s_b)
-"""
-# the softmax max, then (after the exp lines) the sum of exp that waits for it
-_SM_MAX = re.compile(r"\n(\s+)(red\d+) = tl\.max\((x\d+), axis=1\)\[:, None\]\n")
-_SM_SUM = re.compile(r"\n(\s+)(red\d+) = tl\.sum\(\((v\d+)\)\.to\(tl\.float32\), axis=1\)"
-                     r"\[:, None\]\n")
-
-
 def _with_helper(source: str, out: str, helper: str) -> str:
     if out == source:
         return source
@@ -321,72 +305,6 @@ def exp_as_ffma(source: str) -> str:
                        f"{LOG2E})\n"), body)
 
     return _edit_kernels(source, edit)
-
-
-def one_round_lse(source: str) -> str:
-    """lse1: softmax's max and sum of exp as one reduction of (max, sum) pairs."""
-
-    def edit(name: str, body: str) -> str:
-        if name.endswith(("_single_pass_kernel", "_persistent_kernel")):
-            m = _SM_MAX.search(body)
-            s = _SM_SUM.search(body, m.end()) if m else None
-            if m is None or s is None:
-                return body
-            ind, red, x = m.groups()
-            pair = (f"\n{ind}lm, ls = tl.reduce(({x}, tl.where({x} > float('-inf'), 1.0, 0.0)), "
-                    f"1, _probe_lse)\n{ind}{red} = lm[:, None]\n")
-            return (body[:m.start()] + pair + body[m.end():s.start()]
-                    + f"\n{s.group(1)}{s.group(2)} = ls[:, None]\n" + body[s.end():])
-        return body
-
-    return _with_helper(source, _edit_kernels(source, edit), _LSE)
-
-
-# softmax's one-block body from its max to the scaled exps (the emitter's names)
-_SM_BODY = re.compile(r"\n(\s+)(red\d+) = tl\.max\((x\d+), axis=1\)\[:, None\]\n.*?"
-                      r"\n\s+(v\d+) = \((v\d+) \* (inv\d+)\)\n", re.DOTALL)
-
-
-def lane_first_softmax(source: str) -> str:
-    """lane1: the single pass and the persistent softmax reduce each thread's max and sum of
-    exp inside the thread (the row viewed as [ROWS, BLOCK_N / LANES, LANES / VEC, VEC], LANES
-    the elements of one 16-byte load per thread, VEC those of one load, as in the looped
-    kernels since items 39-40), then combine the threads' (max, sum) pairs across the block
-    once: one block-wide reduction round per row where the emitter has two (the max, then the
-    sum that waits for it). Each thread rescales its exps by one exp, not one per element."""
-
-    def edit(name: str, body: str) -> str:
-        if not name.endswith(("_single_pass_kernel", "_persistent_kernel")):
-            return body
-        m = _SM_BODY.search(body)
-        if m is None:
-            return body
-        ind, x, out = m.group(1), m.group(3), m.group(4)
-        lines = [
-            f"g = tl.reshape({x}, [ROWS, BLOCK_N // LANES, LANES // VEC, VEC])",
-            "m_t = tl.max(tl.max(g, axis=3), axis=1)",  # inside each thread: no shuffle, no barrier
-            f"shift_t = tl.where(m_t > float('-inf'), m_t, 0.0) * {LOG2E}",
-            f"p = tl.exp2(g * {LOG2E} - shift_t[:, None, :, None])",
-            "row_m, row_s = tl.reduce((m_t, tl.sum(tl.sum(p, axis=3), axis=1)), 1, _probe_lse)",
-            "row_shift = tl.where(row_m > float('-inf'), row_m, 0.0)[:, None] * " + LOG2E,
-            # (a fully masked thread's scale may overflow: its lanes are not stored)
-            "scale = tl.exp2(shift_t - row_shift) * tl.math.div_rn(1.0, row_s[:, None])",
-            f"{out} = tl.reshape(p * scale[:, None, :, None], [ROWS, BLOCK_N])",
-        ]
-        return body[:m.start()] + "\n" + "".join(f"{ind}{ln}\n" for ln in lines) + body[m.end():]
-
-    out = _edit_kernels(source, edit)
-    if out == source:
-        return source
-    for kernel in ("_single_pass_kernel(", "_persistent_kernel("):
-        out = _kernel_arg(_kernel_arg(out, kernel, "LANES: tl.constexpr"), kernel, "VEC: tl.constexpr")
-    out = out.replace(
-        "    grid = triton.cdiv(n_rows, rows)\n",
-        "    grid = triton.cdiv(n_rows, rows)\n    if strategy in (\"single_pass\", \"persistent\"):\n"
-        "        extra[\"LANES\"] = looped_lanes(config[\"BLOCK_N\"], config[\"num_warps\"], "
-        "inputs[0].element_size())\n"
-        "        extra[\"VEC\"] = looped_vec(extra[\"LANES\"], inputs[0].element_size())\n", 1)
-    return _with_helper(source, out, _LSE)
 
 
 _FOLD_CONFIG = "    fold = fold_config(n_rows, beside_grid=pdl and not captured)\n"  # the launcher's
@@ -628,7 +546,6 @@ def _edit_kernels(source: str, edit: Callable[[str, str], str]) -> str:
 _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "tl_exp": lambda src: _EXP2.sub(r"tl.exp(\1)", src),
     "ffma": exp_as_ffma,
-    "lse1": one_round_lse,
     "masked": lambda src: src.replace(" | EVEN", ""),
     "nopdl": lambda src: src.replace("    pdl = _pdl(device)\n", "    pdl = False\n"),
     "diag_nob": lambda src: drop_weight_load(src, "diag_nob"),
@@ -644,7 +561,6 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "piped": pipelined_loops,
     "lhoist": looped_hoist,
     "pack16": packed_rows,
-    "lane1": lane_first_softmax,
 }
 
 
