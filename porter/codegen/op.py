@@ -218,7 +218,8 @@ class GeneratedOp:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
             sig: dict[str, str] = {}
-            consts = {c: _const_value(c, config, inputs, ints) for c in k.constexprs}
+            consts = {c: _const_value(c, config, inputs, ints, self._mm.get("last_dim", True))
+                      for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
                 if kind.startswith("cstride:"):
                     _, who, d = kind.split(":")
@@ -291,7 +292,7 @@ def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:
 
 
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
-                 ints: dict[str, int]) -> Any:
+                 ints: dict[str, int], last_dim: bool = True) -> Any:
     if name == "FLATTEN":
         return bool(config.get("FLATTEN", True))  # the launcher's defaults too
     if name == "SUBTILE":
@@ -317,14 +318,16 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
     if name == "EVEN":  # as the rowwise launcher sets it
         return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
                                               int(ints["n_cols"]), config)
-    if name == "LANES":  # as the rowwise launcher sets it
+    if name in ("LANES", "VEC"):  # as the rowwise launcher sets them
         first = next(x for x in inputs if isinstance(x, torch.Tensor))
-        return config.get("LANES") or heuristics.looped_lanes(
+        lanes = config.get("LANES") or heuristics.looped_lanes(
             config["BLOCK_N"], config["num_warps"], first.element_size())
-    if name == "VEC":  # as the rowwise launcher sets it
-        first = next(x for x in inputs if isinstance(x, torch.Tensor))
-        return heuristics.looped_vec(_const_value("LANES", config, inputs, ints),
-                                     first.element_size())
+        vec = heuristics.looped_vec(lanes, first.element_size())
+        if config["strategy"] in ("single_pass", "persistent"):
+            lanes, vec = heuristics.thread_lanes(
+                lanes, first.element_size(),
+                last_dim and int(ints["n_cols"]) % 16 == 0 and first.data_ptr() % 16 == 0)
+        return lanes if name == "LANES" else vec
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
     if name == "BLOCK" and "BLOCK" not in config:  # the post kernel's, as its launcher sizes it
@@ -457,11 +460,11 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         last_dim=last_dim, full_output="full" in plan.out_kind,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
         thread_pairs=bool(bodies.online_pairs),
-        lane_strategies=_lane_strategies(bodies)[0], vec_strategies=_lane_strategies(bodies)[1],
+        lane_strategies=_lane_strategies(bodies),
         heuristics=_heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
                                       heuristics.fold_config,
                                       heuristics.rowwise_full_blocks, heuristics.looped_lanes,
-                                      heuristics.looped_vec))
+                                      heuristics.looped_vec, heuristics.thread_lanes))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     var1 = ("VAR1",) if bodies.one_round_variance else ()
@@ -498,13 +501,12 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     return op
 
 
-def _lane_strategies(bodies: rowwise.RowBodies) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(strategies whose kernel takes LANES, those that also take VEC): the looped kernel for an
-    online softmax or a one-pass variance (VEC with the variance only); the single pass and the
-    persistent kernel for an online softmax's per-thread (max, sum) pairs."""
+def _lane_strategies(bodies: rowwise.RowBodies) -> tuple[str, ...]:
+    """Strategies whose kernel takes LANES: the looped kernel for an online softmax or a
+    one-pass variance; the single pass and the persistent kernel for an online softmax's
+    per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`)."""
     one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
-    looped = ("looped",) if bodies.online_pairs or bodies.one_round_variance else ()
-    return looped + one_block, (("looped",) if bodies.one_round_variance else ()) + one_block
+    return (("looped",) if bodies.online_pairs or bodies.one_round_variance else ()) + one_block
 
 
 def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:

@@ -338,13 +338,23 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
         em.reduced[r.id] = em.tmp(f"{m_row}[:, None]", "red")
         em.reduced[s.id] = em.tmp(f"{s_row}[:, None]", "red")
         e = s.args[0]
-        if any(e in n.args for n in g.live() if n is not s) or e in g.outputs:
-            sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}",
-                            "shift")
-            # m_t <= the row's max, so the scale is at most 1; a padding-only thread's is 0,
-            # which keeps exp(g - max) 0 in every masked lane
-            scale = em.tmp(f"tl.where({m_t} > float('-inf'), tl.exp2({sh_t} - {sh_row}[:, None])"
-                           ", 0.0)", "scale")
+        users = [n for n in g.live() if e in n.args and n is not s]
+        # softmax's exp / sum: the thread's scale and 1 / sum folded, one multiply an element
+        divs = [n for n in users if n.op == "pw" and n.attrs["fn"] == "div" and
+                n.args[0] is e and n.args[1] is s]
+        if not users and e not in g.outputs:
+            return int(gl != gv)
+        sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}", "shift")
+        # m_t <= the row's max, so the scale is at most 1; a padding-only thread's is 0, which
+        # keeps exp(g - max) 0 in every masked lane
+        scale = em.tmp(f"tl.where({m_t} > float('-inf'), tl.exp2({sh_t} - {sh_row}[:, None]), "
+                       "0.0)", "scale")
+        if divs:
+            inv = em.tmp(em.fn("div").format("1.0", em.reduced[s.id]), "inv")
+            dv = em.tmp(f"tl.reshape({p} * ({scale} * {inv})[:, None, :, None], [ROWS, BLOCK_N])")
+            for d in divs:
+                em.memo[(d.id, full, None)] = dv
+        if len(divs) < len(users) or e in g.outputs:
             ev = em.tmp(f"tl.reshape({p} * {scale}[:, None, :, None], [ROWS, BLOCK_N])", "e")
             em.memo[(e.id, full, None)] = ev
             em.masked[ev] = 0.0

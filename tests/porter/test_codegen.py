@@ -519,8 +519,16 @@ def test_one_block_online_softmax_pairs_each_threads_max_and_sum(strategy, dtype
         branches = 2 if "if HOIST:" in kernel else 1
         assert kernel.count("_max_sum_exp)") == branches, fn
         assert "axis=1)[:, None]" not in kernel, fn
-        assert op.kernel_refs(args, cfg)[0].constexprs["LANES"] == heuristics.looped_lanes(
-            128, 1, x.element_size())
+        # rows of 70 are not 16-byte aligned: one element a thread at a time (VEC 1)
+        lanes = heuristics.looped_lanes(128, 1, x.element_size())
+        consts = op.kernel_refs(args, cfg)[0].constexprs
+        assert (consts["LANES"], consts["VEC"]) == (lanes // (16 // x.element_size()), 1)
+    # rows of 128: aligned, 16 bytes a thread at a time
+    x128 = rand(5, 128, dtype=dtype) * 4.0
+    x128[3, 64:] = float("-inf")
+    op = check(softmax, (x128,), f"softmax_pairs_{strategy}_128", dtype, config=cfg, use_out=True)
+    consts = op.kernel_refs((x128,), cfg)[0].constexprs
+    assert (consts["LANES"], consts["VEC"]) == (lanes, 16 // x.element_size())
     with pytest.raises(ValueError, match=f"{strategy} needs LANES dividing BLOCK_N 128, got 3"):
         run_generated(softmax, (x,), "softmax_pairs_bad", {**cfg, "LANES": 3})
 
