@@ -23,6 +23,9 @@ Transforms (applied to the @triton.jit kernels of the generated module):
          step has the FFMA form since item 39; their part of ffma and lse1 is at git 7ff877c)
   masked the kernels without their EVEN (`| EVEN` dropped): every lane masked as before
          item 37, where full row and column blocks (EVEN) leave constant masks the compiler drops
+  tworound the single pass and the persistent kernel of softmax and cross-entropy reduce the
+         row's max across the block, then its sum of exp (two rounds), as the emitter did
+         before item 47, in place of each thread's (max, sum) pair combined once
   (lse1, the max and the sum of exp(x - max) as one reduction of (max, sum) pairs with an
   exp per element (item 36), and lane1, the same pairs per thread first (item 47, the
   emitter's form since), rewrote the one-block softmax of before item 47: both are at git
@@ -254,6 +257,16 @@ CASES: dict[str, list[dict[str, Any]]] = {
           for w in (8, 16))],
     "softmax:4096x4096:bf16@lane1": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 4096,
                                       "num_warps": w} for w in (4, 8)],
+    # item 47: the per-thread pairs against the two rounds (tworound) where rows are not
+    # 16-byte aligned (one element a thread at a time) and where they are
+    "softmax:4097x1537:bf16@pairs": [{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048,
+                                      "num_warps": w} for w in (2, 4, 8)],
+    "cross_entropy:4097x1537:bf16@pairs": [{"strategy": "single_pass", "ROWS": 1,
+                                            "BLOCK_N": 2048, "num_warps": w} for w in (2, 4)],
+    "softmax:4096x32768:bf16@pairs": [
+        {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32,
+         "num_stages": 3, "PROGRAMS_PER_SM": 1},
+        {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32}],
     "softmax:4096x32768:bf16@pack": [
         {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 32768, "num_warps": 32, "num_stages": 3,
          "PROGRAMS_PER_SM": 1},
@@ -282,7 +295,7 @@ TRANSFORMS = ("base", "hoist", "i32", "cs", "ef", "all", "tl_exp", "ffma", "mask
               "nopdl", "wbloop", "diag_noexp",
               "piped", "lhoist", "diag_nob", "diag_now",
               "diag_nofold", "l1w", "l1wcg", "gridwait", "foldb256", "foldb512", "foldb1024",
-              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16")
+              "foldb2048", "foldb4096", "foldb8192", "spinlast", "pack16", "tworound")
 _EXP2 = re.compile(r"tl\.exp2\(\(([^()]*)\) \* 1\.4426950408889634\)")
 def _with_helper(source: str, out: str, helper: str) -> str:
     if out == source:
@@ -303,6 +316,44 @@ def exp_as_ffma(source: str) -> str:
             lambda m: (f"\n{m.group(1)}{m.group(2)} = ({m.group(3)} - {m.group(4)})\n{m.group(5)}"
                        f"{m.group(6)} = tl.exp2({m.group(3)} * {LOG2E} - {m.group(4)} * "
                        f"{LOG2E})\n"), body)
+
+    return _edit_kernels(source, edit)
+
+
+# the emitter's per-thread (max, sum) pairs of an online softmax (item 47), up to the row
+# values they bind; then, in softmax, the scale and the folded exp / sum (or exp itself)
+_PAIRS = re.compile(
+    r"\n(\s+)(g\d+) = tl\.reshape\((.+), \[ROWS, BLOCK_N // LANES, LANES // VEC, VEC\]\)\n"
+    r"\s+m_t\d+ = tl\.max\(.*\n\s+shift_t\d+ = .*\n\s+(p\d+) = .*\n"
+    r"\s+(m_row\d+), (s_row\d+) = tl\.reduce\(.*\n"
+    r"\s+(red\d+) = \5\[:, None\]\n\s+(red\d+) = \6\[:, None\]\n"
+    r"(?:\s+shift\d+ = .*\n\s+scale\d+ = .*\n)?"
+    r"(?:\s+(inv\d+) = (.*)\n\s+(v\d+) = tl\.reshape\(.*\n)?"
+    r"(?:\s+(e\d+) = tl\.reshape\(.*\n)?")
+
+
+def two_round_softmax(source: str) -> str:
+    """tworound: the one-block kernels' online softmax as the emitter wrote it before item 47,
+    the row's max across the block, then the sum of exp(g - max) across it (two rounds), in
+    place of each thread's (max, sum) pair combined once (the emitter's form since). A HOIST
+    branch, whose lines are reordered, is left as it is."""
+
+    def edit(name: str, body: str) -> str:
+        if not name.endswith(("_single_pass_kernel", "_persistent_kernel")):
+            return body
+
+        def old_form(m: re.Match) -> str:
+            ind, g, p, red_m, red_s = m.group(1), m.group(3), m.group(4), m.group(7), m.group(8)
+            lines = [f"{red_m} = tl.max({g}, axis=1)[:, None]",
+                     f"{p} = tl.exp2(({g} - {red_m}) * {LOG2E})",
+                     f"{red_s} = tl.sum({p}, axis=1)[:, None]"]
+            if m.group(9):  # softmax's exp / sum
+                lines += [f"{m.group(9)} = {m.group(10)}", f"{m.group(11)} = ({p} * {m.group(9)})"]
+            if m.group(12):
+                lines.append(f"{m.group(12)} = {p}")
+            return "\n" + "".join(f"{ind}{ln}\n" for ln in lines)
+
+        return _PAIRS.sub(old_form, body)
 
     return _edit_kernels(source, edit)
 
@@ -561,6 +612,7 @@ _WHOLE_SOURCE: dict[str, Callable[[str], str]] = {
     "piped": pipelined_loops,
     "lhoist": looped_hoist,
     "pack16": packed_rows,
+    "tworound": two_round_softmax,
 }
 
 

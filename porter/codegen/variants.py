@@ -223,6 +223,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                 out.append({"strategy": "persistent", "ROWS": rows,
                                             "BLOCK_N": block, "num_warps": w, "num_stages": st,
                                             "PROGRAMS_PER_SM": per_sm})
+                                _add_lanes(out[-1], op, eb, warp)
                             if head + tail < p2 and rows * (head + tail) / threads <= 128 \
                                     and rows * head >= threads:
                                 # the same row as a head and a tail block, no masked lanes

@@ -181,3 +181,19 @@ def test_pack16_widens_bf16_at_each_use_in_the_compiled_kernel() -> None:
     # 1024 values over 128 threads: 8 a thread, 4 packed pairs, widened at 3 uses
     assert ptx.count("shl.b32") >= 3 * 4 and ptx.count("and.b32 %r") >= 3 * 4, ptx[:2000]
 
+
+
+def test_tworound_restores_the_two_block_wide_reductions_and_stays_right() -> None:
+    for op in ("softmax", "cross_entropy"):
+        _, gen_op = generated(op)
+        src = transform(gen_op.triton_module_source(), "tworound")
+        for kernel in ("single_pass", "persistent"):
+            body = src[src.index(f"def _{op}_{kernel}_kernel("):]
+            body = body[:body.index("\n\n\n")].split("else:")[-1]  # past a HOIST branch
+            assert "_max_sum_exp)" not in body and "tl.max(x1, axis=1)[:, None]" in body, op
+        shape = (5, 70) if op == "softmax" else (5, 1023)
+        for cfg in ({"strategy": "single_pass", "ROWS": 2, "BLOCK_N": 128 if op == "softmax"
+                     else 1024, "num_warps": 1},
+                    {"strategy": "persistent", "ROWS": 1, "BLOCK_N": 128 if op == "softmax"
+                     else 1024, "num_warps": 2, "num_stages": 2}):
+            _run(op, src, f"probe_tworound_{op}", shape, cfg)
