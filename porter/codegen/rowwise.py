@@ -320,7 +320,8 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     def max_and_sum_per_thread(em: Emitter, r: Node, s: Node) -> int:
         """r, the row's max of g, and s, its sum of exp(g - max), from one block-wide reduction:
         the row is viewed as [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC,
-        VEC the elements of one 16-byte load), so that axes 1 and 3 hold what each thread owns;
+        VEC the elements a thread loads at once: `heuristics.thread_lanes`), so that axes 1
+        and 3 hold what each thread owns;
         each thread takes the max and the sum of exps of its own elements, then the threads'
         (max, sum) pairs combine across the block once, where reducing the max across the block
         and then the sum takes two rounds (bench/NOTES.md item 47). exp(g - max) itself, where
