@@ -324,9 +324,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
             config["BLOCK_N"], config["num_warps"], first.element_size())
         vec = heuristics.looped_vec(lanes, first.element_size())
         if config["strategy"] in ("single_pass", "persistent"):
-            lanes, vec = heuristics.thread_lanes(
-                lanes, first.element_size(),
-                last_dim and int(ints["n_cols"]) % 16 == 0 and first.data_ptr() % 16 == 0)
+            lanes, vec = heuristics.thread_lanes(lanes, first.element_size(), last_dim,
+                                                 int(ints["n_cols"]), first.data_ptr())
         return lanes if name == "LANES" else vec
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts
