@@ -128,8 +128,10 @@ def compile_recorded(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                      ) -> tuple[bytes, dict[str, Any]]:
     """Cross-compile the recorded launch for sm_`arch` at `num_ctas`: (cubin, launch record).
 
-    Pointers and integers divisible by 16 carry Triton's divisibility hint, as its JIT gives
-    them; each runtime argument is recorded as a tensor index (into `tensors`) or a value."""
+    Pointers carry Triton's 16-byte divisibility hint (the GPU run checks its tensors have
+    it), as do integers divisible by 16, as Triton's JIT gives them; an integer equal to 1
+    stays a runtime argument (the JIT would make it a constant). Each runtime argument is
+    recorded as a tensor index (into `tensors`) or a value."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -162,14 +164,16 @@ def compile_recorded(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     md = k.metadata
     if getattr(md, "global_scratch_size", 0) or getattr(md, "profile_scratch_size", 0):
-        raise RuntimeError(f"{fn.__name__}: needs scratch memory, which this launcher has none of")
+        raise ValueError(f"{fn.__name__}: needs scratch memory, which this launcher has none of")
     return k.asm["cubin"], {"name": md.name, "num_warps": md.num_warps, "num_ctas": md.num_ctas,
                             "shared": md.shared, "runtime": runtime,
-                            "constexprs": {k: v for k, v in constexprs.items()},
+                            "constexprs": dict(constexprs),
                             "triton": triton.__version__}
 
 
-def build(cases: list[str], out: Path) -> None:
+def build(cases: list[str], out: Path, limit: int | None = None) -> None:
+    """Write each case's cubins (the first `limit` built configs, each at num_ctas 1 and at its
+    cluster sizes) and <out>/manifest.json."""
     from porter.codegen import load_generated_module
 
     out.mkdir(parents=True, exist_ok=True)
@@ -182,13 +186,22 @@ def build(cases: list[str], out: Path) -> None:
         inputs = tuple(spec.make_inputs(shape, DTYPES[dname], torch.device("cpu"),
                                         torch.Generator().manual_seed(0)))
         variants = []
-        for n, built in enumerate(CASES[text]["built"]):
+        for n, built in enumerate(CASES[text]["built"][:limit]):
             for ctas in (1, *built["ctas"]):
                 cfg = {k: v for k, v in built.items() if k != "ctas"}
                 cfg = {"num_stages": 1, "dtype": dname, **cfg}
                 fn, grid, args, kwargs, outs = record_launch(module, inputs, cfg)
                 tensors = [*inputs, *outs]
-                cubin, rec = compile_recorded(fn, args, kwargs, tensors, ctas)
+                try:
+                    cubin, rec = compile_recorded(fn, args, kwargs, tensors, ctas)
+                except RuntimeError as exc:
+                    import triton
+
+                    raise SystemExit(
+                        f"probe_cluster_rows build: Triton {triton.__version__} could not compile "
+                        f"{text} {cfg} at num_ctas {ctas} ({str(exc).splitlines()[0][:120]}); "
+                        "Triton 3.6 fails on a reduced dim split over a cluster, 3.9 builds it"
+                    ) from exc
                 file = f"{op_name}-{n}-c{ctas}.cubin"
                 (out / file).write_bytes(cubin)
                 rec.update(file=file, config={**cfg, "num_ctas": ctas}, programs=grid,
@@ -261,6 +274,8 @@ def cubin_launcher(build_dir: Path, rec: dict[str, Any]) -> Callable[..., torch.
     def run(*inputs: torch.Tensor) -> torch.Tensor:
         out = torch.empty_like(inputs[0])
         tensors = [*inputs, out]
+        if any(t.data_ptr() % 16 for t in tensors):
+            raise ValueError("a tensor is not 16-byte aligned, as the cubin was built to assume")
         args = [ctypes.c_void_p(tensors[a["tensor"]].data_ptr()) if "tensor" in a else
                 (ctypes.c_int32 if a["type"] == "i32" else ctypes.c_int64)(a["int"])
                 for a in rec["runtime"]]
@@ -271,8 +286,7 @@ def cubin_launcher(build_dir: Path, rec: dict[str, Any]) -> Callable[..., torch.
 
 
 def run(build_dir: Path, out: Path, reps: int, cases: list[str]) -> None:
-    from bench.probe_rowwise import probe_beside_picks
-    from bench.probe_rowwise import probe_cases
+    from bench.probe_rowwise import probe_beside_picks, probe_cases
 
     manifest = json.loads((build_dir / "manifest.json").read_text())
     for text in cases:
@@ -302,13 +316,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build", type=Path, help="run: the folder `build` wrote")
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--limit", type=int, help="build: the first N configs of each case only")
     args = ap.parse_args(argv)
     cases = args.cases.split(",")
     for text in cases:
         if text not in CASES:
             raise SystemExit(f"probe_cluster_rows: unknown case {text!r}; known: {', '.join(CASES)}")
     if args.step == "build":
-        build(cases, args.out)
+        build(cases, args.out, args.limit)
     else:
         if args.build is None:
             raise SystemExit("probe_cluster_rows run: --build DIR is required")
