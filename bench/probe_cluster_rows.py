@@ -71,13 +71,9 @@ CASES: dict[str, dict[str, Any]] = {
     },
 }
 
-_PTR_TYPES = {torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.float32: "*fp32",
-              torch.int64: "*i64", torch.int32: "*i32"}
-
-
-def source_sha(op_name: str) -> str:
-    """sha256 of the op's generated module: a build is run only against the same source."""
-    return hashlib.sha256(generated(op_name)[1].triton_module_source().encode()).hexdigest()
+def source_sha(source: str) -> str:
+    """sha256 of an op's generated module: a build is run only against the same source."""
+    return hashlib.sha256(source.encode()).hexdigest()
 
 
 class _Recorded(Exception):
@@ -128,38 +124,38 @@ def compile_recorded(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                      ) -> tuple[bytes, dict[str, Any]]:
     """Cross-compile the recorded launch for sm_`arch` at `num_ctas`: (cubin, launch record).
 
-    Pointers carry Triton's 16-byte divisibility hint (the GPU run checks its tensors have
-    it), as do integers divisible by 16, as Triton's JIT gives them; an integer equal to 1
-    stays a runtime argument (the JIT would make it a constant). Each runtime argument is
-    recorded as a tensor index (into `tensors`) or a value."""
+    The source is built as the porter's compile stage builds it (`targets.triton_common`):
+    pointers carry the 16-byte divisibility hint (the GPU run checks its tensors have it), and
+    so do integers divisible by 16, as Triton's JIT gives them; an integer equal to 1 stays a
+    runtime argument (the JIT would make it a constant). Each runtime argument is recorded as a
+    tensor index (into `tensors`) or a value."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+
+    from porter.codegen.emit import TRITON_DTYPE
+    from targets.base import KernelRef
+    from targets.triton_common import build_source
 
     params = fn.params
     launch = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
-    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     runtime: list[dict[str, Any]] = []
     values = list(args) + [kwargs[p.name] for p in params[len(args):]]
-    for i, (p, v) in enumerate(zip(params, values)):
+    for p, v in zip(params, values):
         if p.is_constexpr:
-            signature[p.name] = "constexpr"
             constexprs[p.name] = v
         elif isinstance(v, torch.Tensor):
-            signature[p.name] = _PTR_TYPES[v.dtype]
-            attrs[(i,)] = [["tt.divisibility", 16]]
+            signature[p.name] = "*" + TRITON_DTYPE[v.dtype]
             index = next(j for j, t in enumerate(tensors) if t.data_ptr() == v.data_ptr())
             runtime.append({"tensor": index})
         else:
             v = int(v)
             kind = "i32" if -2**31 <= v < 2**31 else "i64"
-            signature[p.name] = kind
-            if v % 16 == 0:
-                attrs[(i,)] = [["tt.divisibility", 16]]
+            signature[p.name] = kind + (":16" if v % 16 == 0 else "")
             runtime.append({"int": v, "type": kind})
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+    src = build_source(KernelRef(name=fn.__name__, fn=fn, signature=signature,
+                                 constexprs=constexprs))
     options = {**launch, "num_ctas": num_ctas}
     k = triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
     md = k.metadata
@@ -181,8 +177,8 @@ def build(cases: list[str], out: Path, limit: int | None = None) -> None:
     for text in cases:
         op_name, shape, dname = parse_case(text)
         spec, gen_op = generated(op_name)
-        module = load_generated_module(gen_op.triton_module_source(), f"cluster_{op_name}",
-                                       interpret=False)
+        source = gen_op.triton_module_source()
+        module = load_generated_module(source, f"cluster_{op_name}", interpret=False)
         inputs = tuple(spec.make_inputs(shape, DTYPES[dname], torch.device("cpu"),
                                         torch.Generator().manual_seed(0)))
         variants = []
@@ -205,12 +201,11 @@ def build(cases: list[str], out: Path, limit: int | None = None) -> None:
                 file = f"{op_name}-{n}-c{ctas}.cubin"
                 (out / file).write_bytes(cubin)
                 rec.update(file=file, config={**cfg, "num_ctas": ctas}, programs=grid,
-                           per_sm=cfg.get("PROGRAMS_PER_SM", 1), n_inputs=len(inputs),
-                           work=-(-shape[0] // cfg["ROWS"]))
+                           per_sm=cfg.get("PROGRAMS_PER_SM", 1), work=-(-shape[0] // cfg["ROWS"]))
                 variants.append(rec)
                 print(f"[build] {text} {file}: {rec['name']} w{rec['num_warps']} "
                       f"ctas{ctas} shared {rec['shared']} B", flush=True)
-        manifest["cases"][text] = {"source_sha256": source_sha(op_name), "variants": variants}
+        manifest["cases"][text] = {"source_sha256": source_sha(source), "variants": variants}
     (out / "manifest.json").write_text(json.dumps(manifest, indent=1))
     print(f"[build] {out / 'manifest.json'}")
 
@@ -292,7 +287,8 @@ def run(build_dir: Path, out: Path, reps: int, cases: list[str]) -> None:
     for text in cases:
         if text not in manifest["cases"]:
             raise SystemExit(f"probe_cluster_rows: {build_dir}/manifest.json has no case {text!r}")
-        if manifest["cases"][text]["source_sha256"] != source_sha(parse_case(text)[0]):
+        source = generated(parse_case(text)[0])[1].triton_module_source()
+        if manifest["cases"][text]["source_sha256"] != source_sha(source):
             raise SystemExit(f"probe_cluster_rows: {text} was built from other generated source "
                              "than this checkout's: build again")
 

@@ -96,4 +96,5 @@ def test_a_run_refuses_a_build_of_other_source(built: tuple[Path, dict], tmp_pat
     (tmp_path / "manifest.json").write_text(json.dumps(stale))
     with pytest.raises(SystemExit, match="other generated source"):
         probe_cluster_rows.run(tmp_path, tmp_path / "out", 1, [CASE])
-    assert manifest["cases"][CASE]["source_sha256"] == probe_cluster_rows.source_sha("softmax")
+    source = generated("softmax")[1].triton_module_source()
+    assert manifest["cases"][CASE]["source_sha256"] == probe_cluster_rows.source_sha(source)
