@@ -8,10 +8,10 @@ cross-compiles them through the porter's own compile check (`targets`), and with
 The installed Triton is the compiler: the device runs triton 3.6, CPU CI 3.9, and they differ
 (e.g. the warp-specialized matmul builds in 3.6 only).
 
-    python bench/compile_report.py --op layernorm --shape 8192x5120 --target h200 \\
+    python -m bench.compile_report --op layernorm --shape 8192x5120 --target h200 \\
         --config '{"strategy": "two_block", "ROWS": 1, "BLOCK_N": 4096, "BLOCK_TAIL": 1024,
                    "num_warps": 8, "num_stages": 1}'
-    python bench/compile_report.py --op softmax --shape 4097x1537 --sass \\
+    python -m bench.compile_report --op softmax --shape 4097x1537 --sass \\
         --config '{"strategy": "single_pass", "ROWS": 1, "BLOCK_N": 2048, "num_warps": 8}'
 """
 
@@ -22,18 +22,13 @@ import collections
 import json
 import re
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import torch
 
-import torch  # noqa: E402
-
-from bench.sweep import DTYPES  # noqa: E402
-from bench.sweep import generated  # noqa: E402
+from bench.sweep import DTYPES
+from bench.sweep import generated
 
 
 def sass_text(cubin: bytes) -> str:
@@ -68,12 +63,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sass", action="store_true", help="also count SASS instructions")
     ap.add_argument("--sass-dir", type=Path,
                     help="with --sass: write each kernel's full SASS listing here")
-    ap.add_argument("--transform", default="base",
-                    help="a source transform of bench/probe_rowwise.py applied first (e.g. lse1)")
-    ap.add_argument("--extra-args", default="{}",
-                    help="JSON: arguments a --transform adds to its kernel, a string being a "
-                         "runtime type (\"*fp32\", \"i32\") and a number a constexpr value, "
-                         "e.g. '{\"LANES\": 1024}'")
     args = ap.parse_args(argv)
 
     import hwmodels
@@ -88,20 +77,8 @@ def main(argv: list[str] | None = None) -> int:
                                     torch.Generator().manual_seed(0)))
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{args.op}.py"
-        source = gen_op.triton_module_source()
-        if args.transform != "base":
-            from bench.probe_rowwise import transform
-
-            changed = transform(source, args.transform)
-            if changed == source:
-                raise SystemExit(f"--transform {args.transform} changes nothing in {args.op}")
-            source = changed
-        path.write_text(source)
-        added = json.loads(args.extra_args)
+        path.write_text(gen_op.triton_module_source())
         for ref in gen_op.kernel_refs(inputs, config, source_path=str(path)):
-            for name, value in added.items():
-                if name in ref.fn.arg_names:  # only the kernels that take it
-                    (ref.signature if isinstance(value, str) else ref.constexprs)[name] = value
             backend = targets.for_device(hw)
             # the compile options this backend knows (maxnreg, waves_per_eu, ...) from the config
             extra = {k: config[k] for k in backend.known_knobs if k in config}

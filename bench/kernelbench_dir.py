@@ -1,7 +1,7 @@
 """Run the porter's interpreted-tier check on every KernelBench problem file in a folder.
 
-    python bench/kernelbench_dir.py DIR --out RESULTS.md [--jobs N] [--timeout S]
-    python bench/kernelbench_dir.py DIR --out RESULTS.md --port h100,mi300x
+    python -m bench.kernelbench_dir DIR --out RESULTS.md [--jobs N] [--timeout S]
+    python -m bench.kernelbench_dir DIR --out RESULTS.md --port h100,mi300x
 
 Each ``DIR/*.py`` is judged in its own subprocess (one crash or hang costs one row, never the
 run) exactly as ``porter check FILE`` does on a CPU: the file is loaded as-is, its sizes are
@@ -150,7 +150,7 @@ def _one_line(exc: Any) -> str:
 def run_file(path: Path, timeout: float, port_args: list[str] | None = None) -> dict[str, Any]:
     """One file in a fresh interpreter, with a wall-clock limit."""
     start = time.monotonic()
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--one", str(path), *(port_args or [])]
+    cmd = [sys.executable, "-m", "bench.kernelbench_dir", "--one", str(path), *(port_args or [])]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)

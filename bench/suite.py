@@ -12,8 +12,8 @@ On the GPU it runs on, for every example op:
      what it measured), and at the end `<out>/results.json`, `<out>/results.csv` and
      `<out>/SUMMARY.md` (device, versions, date, the table, geometric means).
 
-    python bench/suite.py --out results/h100-2026-11-22 [--ops rmsnorm,softmax] [--reps 50]
-    porter bench --suite --out ...
+    python -m bench.suite --out results/<device>-<date> [--ops rmsnorm,softmax] [--reps 50]
+    porter bench --suite results/<device>-<date>     # the same, from a checkout
 
 Percentages are of the device's measured copy bandwidth (memory-bound ops) or measured bf16
 matmul rate (matmul), from hwmodels/devices/<device>.yaml; datasheet percentages beside them.
@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 # Ops and shapes of the suite (issue 5). bf16 everywhere; fp32 and fp16 on a subset.
 WIDE = [(4096, 4096), (16384, 8192), (32768, 4096), (8192, 5120), (4097, 1537), (4096, 32768)]

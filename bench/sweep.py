@@ -6,8 +6,8 @@ the porter's defaults and search order (issue 5: "what you learn ... goes back i
 porter's search"). It is a measuring tool, not a source of kernels: every config it times is one
 `porter/codegen/variants.py` offers.
 
-    python bench/sweep.py --cases softmax:8192x5120:bf16,gelu:4096x4096:bf16 --out /tmp/sweep
-    python bench/sweep.py --cases matmul_bias_gelu:4096x4096x4096:bf16 --where num_warps=8
+    python -m bench.sweep --cases softmax:8192x5120:bf16,gelu:4096x4096:bf16 --out /tmp/sweep
+    python -m bench.sweep --cases matmul_bias_gelu:4096x4096x4096:bf16 --where num_warps=8
 
 Per case: the generated module is compiled for every config in parallel worker processes (they
 fill Triton's on-disk cache; `--jobs`), each config is run once on fresh random inputs and
@@ -25,17 +25,13 @@ import argparse
 import json
 import multiprocessing as mp
 import os
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-import torch  # noqa: E402
-
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 # Loose correctness bar for a sweep (the porter's judge is the real one): max |err| relative to
 # the reference's scale.

@@ -12,6 +12,10 @@ labelled projected.
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -30,6 +34,8 @@ from porter.commands._common import set_interpreter
 from porter.errors import PorterError
 
 BASELINES = ("eager", "compile")
+# The repository checkout that holds this package when it runs from one (bench/ lives there).
+CHECKOUT = Path(__file__).resolve().parents[2]
 
 
 @click.command("bench")
@@ -41,20 +47,13 @@ BASELINES = ("eager", "compile")
 @click.option("--target", default=None, help="hardware model to project for when there is no GPU.")
 @click.option("--pack", "pack_path", default=None, type=click.Path(exists=True),
               help="pack folder from `porter port` (its tuned per-shape configs are used).")
-@click.option("--suite", is_flag=True, help="run the whole benchmark suite (bench/suite.py); "
-              "SPEC is then the results folder.")
+@click.option("--suite", is_flag=True, help="run the whole benchmark suite (bench/suite.py, "
+              "from a checkout of the repository); SPEC is then the results folder.")
 def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtype_names: tuple[str, ...],
               reps: int, target: str | None, pack_path: str | None, suite: bool) -> None:
     """Benchmark the ported kernel for SPEC against eager and torch.compile."""
     if suite:
-        import importlib.util
-        from pathlib import Path
-
-        script = Path(__file__).resolve().parents[2] / "bench" / "suite.py"
-        mod_spec = importlib.util.spec_from_file_location("kernel_porter_suite", script)
-        module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
-        raise SystemExit(module.main(["--out", spec_path, "--reps", str(reps)]))
+        raise SystemExit(_suite_main()(["--out", spec_path, "--reps", str(reps)]))
     try:
         base = tuple(b.strip() for b in baselines.split(",") if b.strip())
         bad = [b for b in base if b not in BASELINES]
@@ -69,6 +68,31 @@ def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtyp
     except PorterError as exc:
         fail(str(exc))
     raise SystemExit(int(code))
+
+
+def _suite_main() -> Any:
+    """`bench.suite.main`, from the repository checkout this porter runs from.
+
+    The suite is deliberately not installed with the package: it ports the checkout's examples/
+    and writes results/ beside them. The `porter` script does not put the working folder on the
+    import path, so the checkout's `bench` package is looked up beside the `porter` package (an
+    editable install), then on the import path (`python -m porter.cli` from the repository
+    root). Anywhere else: one error line, exit 2.
+    """
+    if "bench" not in sys.modules:
+        found = importlib.machinery.PathFinder.find_spec("bench", [str(CHECKOUT)])
+        if found is not None and found.loader is not None:
+            package = importlib.util.module_from_spec(found)
+            sys.modules["bench"] = package
+            found.loader.exec_module(package)
+    try:
+        from bench.suite import main
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("bench", "bench.suite"):
+            raise
+        fail("porter bench --suite: the suite lives in the repository checkout (bench/ is not "
+             "installed with the package); run it from a checkout of the repository")
+    return main
 
 
 def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None,
