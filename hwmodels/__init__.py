@@ -4,10 +4,17 @@ Public API (see docs/INTERNAL_API.md):
 
     hwmodels.get("H100")            -> HardwareModel   (name, full name or alias; case-insensitive)
     hwmodels.all_models()           -> list[HardwareModel], sorted by vendor then name
+    hwmodels.broken()               -> list[HardwareModelError], the files that did not load
+    hwmodels.devices_dir()          -> Path            (the folder the registry reads)
     hwmodels.load_file(path)        -> HardwareModel   (any YAML file, validated)
     hwmodels.detect()               -> Detection       (the live device, never raises)
     hwmodels.descriptor(hw)         -> str             (byte-stable text block for prompts)
     hwmodels.model_hash(hw)         -> str             (sha256 of the YAML file's bytes)
+
+Each file loads on its own: a broken YAML is reported (`broken()`, `porter hw list`, `porter hw
+validate`) and asking for that device raises `BrokenDeviceError` naming the file and the field,
+while every other device works. `PORTER_HWMODELS_DIR` points the registry at another folder of
+device YAMLs instead of the shipped `hwmodels/devices/` (tests use it).
 
 Importing this package is cheap: torch, pynvml and amdsmi are imported only inside `detect()`.
 """
@@ -15,6 +22,7 @@ Importing this package is cheap: torch, pynvml and amdsmi are imported only insi
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
 from pathlib import Path
 
@@ -22,6 +30,8 @@ from hwmodels.descriptor import descriptor
 from hwmodels.detect import Detection
 from hwmodels.detect import detect
 from hwmodels.loader import DEVICES_DIR
+from hwmodels.loader import DEVICES_DIR_ENV
+from hwmodels.loader import BrokenDeviceError
 from hwmodels.loader import HardwareModelError
 from hwmodels.loader import Registry
 from hwmodels.loader import UnknownDeviceError
@@ -36,7 +46,9 @@ from hwmodels.model import Memory
 
 __all__ = [
     "DEVICES_DIR",
+    "DEVICES_DIR_ENV",
     "DTYPES",
+    "BrokenDeviceError",
     "BuildTarget",
     "ComputeUnitLimits",
     "Detection",
@@ -47,9 +59,11 @@ __all__ = [
     "Memory",
     "UnknownDeviceError",
     "all_models",
+    "broken",
     "clear_cache",
     "descriptor",
     "detect",
+    "devices_dir",
     "get",
     "load_file",
     "model_hash",
@@ -57,27 +71,49 @@ __all__ = [
 ]
 
 _lock = threading.Lock()
-_registry: Registry | None = None
+_registries: dict[Path, Registry] = {}  # one per folder, so tests pointing elsewhere stay apart
+
+
+def devices_dir() -> Path:
+    """The folder of device YAMLs: `$PORTER_HWMODELS_DIR` when set, else the shipped one.
+
+    Raises:
+        HardwareModelError: the variable names something that is not a directory.
+    """
+    raw = os.environ.get(DEVICES_DIR_ENV, "").strip()
+    if not raw:
+        return DEVICES_DIR
+    path = Path(raw).expanduser()
+    if not path.is_dir():
+        raise HardwareModelError(
+            path,
+            "",
+            f"not a directory ({DEVICES_DIR_ENV}={raw!r}); point it at a folder of device "
+            f"YAMLs, or unset it to use the shipped models in {DEVICES_DIR}",
+        )
+    return path
 
 
 def registry() -> Registry:
-    """The registry of `hwmodels/devices/`, loaded once and cached.
+    """The registry of `devices_dir()`, loaded once per folder and cached.
+
+    A file that does not load is kept in the registry as broken (`broken()`), not raised.
 
     Raises:
-        HardwareModelError: a shipped YAML is broken or two files claim the same alias.
+        HardwareModelError: `$PORTER_HWMODELS_DIR` is not a directory.
     """
-    global _registry
+    directory = devices_dir().resolve()
     with _lock:
-        if _registry is None:
-            _registry = Registry.from_dir(DEVICES_DIR)
-        return _registry
+        reg = _registries.get(directory)
+        if reg is None:
+            reg = _registries[directory] = Registry.from_dir(directory)
+        return reg
 
 
 def clear_cache() -> None:
-    """Forgets the cached registry (after a YAML was edited, e.g. by measure_ceilings --write)."""
-    global _registry
+    """Forgets the cached registries (after a YAML was edited, e.g. by measure_ceilings --write)."""
     with _lock:
-        _registry = None
+        _registries.clear()
 
 
 def get(name_or_alias: str) -> HardwareModel:
@@ -90,19 +126,31 @@ def get(name_or_alias: str) -> HardwareModel:
         The matching `HardwareModel`.
 
     Raises:
+        BrokenDeviceError: the name belongs to a YAML file that did not load; the message is
+            that file's error (file and dotted field). Also an `UnknownDeviceError` and a
+            `HardwareModelError`.
         UnknownDeviceError: nothing matches; the message lists the known names.
-        HardwareModelError: a shipped YAML is broken.
+        HardwareModelError: `$PORTER_HWMODELS_DIR` is not a directory.
     """
     return registry().get(name_or_alias)
 
 
 def all_models() -> list[HardwareModel]:
-    """Every shipped model, sorted by vendor then name.
+    """Every model that loaded, sorted by vendor then name (broken files are left out).
 
     Raises:
-        HardwareModelError: a shipped YAML is broken.
+        HardwareModelError: `$PORTER_HWMODELS_DIR` is not a directory.
     """
     return registry().all()
+
+
+def broken() -> list[HardwareModelError]:
+    """The errors of the device files that did not load, sorted by file name; [] when none.
+
+    Raises:
+        HardwareModelError: `$PORTER_HWMODELS_DIR` is not a directory.
+    """
+    return registry().broken()
 
 
 def model_hash(hw: HardwareModel) -> str:

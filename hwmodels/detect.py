@@ -255,6 +255,15 @@ def detect(probes: Sequence[Probe] | None = None) -> Detection:
                     result.probe,
                     f"{result.probe} found {result.device_name!r} -> hardware model {hw.name!r}",
                 )
+            broken = reg.broken_error(result.device_name)
+            if broken is not None:
+                return Detection(
+                    None,
+                    result.device_name,
+                    result.probe,
+                    f"{result.probe} found {result.device_name!r}, whose hardware model did not "
+                    f"load: {broken}",
+                )
             hint = ""
             if result.arch:
                 same_arch = [m.name for m in reg.all() if _arch_matches(m, result.arch)]
@@ -280,6 +289,15 @@ def detect(probes: Sequence[Probe] | None = None) -> Detection:
                 result.probe,
                 f"{result.probe} found a device with no name, arch {result.arch} -> "
                 f"hardware model {hw.name!r} (matched by arch alias only)",
+            )
+        broken = reg.broken_error(result.arch or "")
+        if broken is not None:
+            return Detection(
+                None,
+                None,
+                result.probe,
+                f"{result.probe} found a device with no name, arch {result.arch}, whose hardware "
+                f"model did not load: {broken}",
             )
         return Detection(
             None,

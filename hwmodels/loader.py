@@ -8,6 +8,11 @@ Every device file in `hwmodels/devices/` is checked field by field. A problem ra
 Strict means: unknown keys, missing keys, wrong types, zero/negative numbers, a number without
 a `source`, a bad `kind`, unknown dtypes, backends, vendors or features, and duplicate keys all
 fail. A silently ignored typo in a hardware fact would turn into a wrong roofline later.
+
+Strict per file, not per directory: `Registry.from_dir` loads each file on its own. A broken
+file is kept as a `HardwareModelError` (`Registry.broken()`), asking for that device raises
+`BrokenDeviceError` with the file's error, and every other device still works: one typo in
+`mi300x.yaml` must not stop a port to the H100.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ from hwmodels.model import HardwareModel
 from hwmodels.model import MeasuredCeiling
 from hwmodels.model import Memory
 from hwmodels.model import Vendor
+from porter.errors import PorterError
 
 log = logging.getLogger(__name__)
 
 DEVICES_DIR = Path(__file__).resolve().parent / "devices"
+# Points the registry at another folder of device YAMLs (tests, a user's own models).
+DEVICES_DIR_ENV = "PORTER_HWMODELS_DIR"
 
 VENDORS: tuple[str, ...] = get_args(Vendor)
 BACKENDS: tuple[str, ...] = get_args(Backend)
@@ -106,7 +114,11 @@ _MEASURED_OPTIONAL = ("versions",)
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
-class HardwareModelError(ValueError):
+# The CLI turns any PorterError into one line and exit 2 (porter/errors.py, the one catalog of
+# user-facing errors), so the errors below derive from it: a broken YAML or an unknown device
+# name reaches the user as one line from every command, not only from `porter hw`. porter.errors
+# imports nothing, so this costs hwmodels no weight.
+class HardwareModelError(PorterError, ValueError):
     """A device YAML file is unreadable or breaks the schema.
 
     Attributes:
@@ -123,7 +135,7 @@ class HardwareModelError(ValueError):
         super().__init__(where + problem)
 
 
-class UnknownDeviceError(LookupError):
+class UnknownDeviceError(PorterError, LookupError):
     """A name or alias matches no hardware model. The message lists the known names."""
 
     def __init__(self, query: str, known: Iterable[str]) -> None:
@@ -133,6 +145,35 @@ class UnknownDeviceError(LookupError):
             f"unknown device {query!r}; known devices: {', '.join(self.known)} "
             "(names, full names and aliases such as 'H100', 'sm_90' or 'gfx942' also work; "
             "see `porter hw list`)"
+        )
+
+
+class BrokenDeviceError(HardwareModelError, UnknownDeviceError):
+    """A name or alias belongs to a device whose YAML file did not load.
+
+    Both a `HardwareModelError` (the message is the file's own error, naming the file and the
+    dotted field) and an `UnknownDeviceError` (no usable model answers to the name), so code
+    that handles either one handles this.
+
+    Attributes:
+        query: the name asked for.
+        cause: the file's `HardwareModelError`.
+        path, field, problem: the cause's.
+        known: the devices that did load.
+    """
+
+    def __init__(self, query: str, cause: HardwareModelError, known: Iterable[str]) -> None:
+        self.query = query
+        self.cause = cause
+        self.known = tuple(sorted(known))
+        self.path = cause.path
+        self.field = cause.field
+        self.problem = cause.problem
+        # ValueError/LookupError's own __init__: the two parents' __init__s build other messages.
+        Exception.__init__(
+            self,
+            f"device {query!r} has a broken hardware model: {cause} "
+            "(fix the file; `porter hw validate` checks every model)",
         )
 
 
@@ -437,53 +478,176 @@ def _key(name: str) -> str:
 class Registry:
     """Every model of one directory, indexed by name, full name and aliases.
 
-    Building it loads and validates every `*.yaml`; an alias claimed by two files is an error
-    (which device "sm_90" means must never depend on file order).
+    `from_dir` loads each `*.yaml` on its own: a file that does not load is kept as broken with
+    its error instead of stopping the others. A label (name, full name or alias) claimed by two
+    files breaks both, whatever their order: which device "sm_90" means must never depend on
+    which file sorts first. Asking for a broken device raises `BrokenDeviceError`; `broken()`
+    lists the errors.
     """
 
-    def __init__(self, models: Iterable[HardwareModel]) -> None:
+    def __init__(
+        self, models: Iterable[HardwareModel] = (), broken: Iterable[HardwareModelError] = ()
+    ) -> None:
+        """Indexes `models` (and `broken`, the errors of files that did not load).
+
+        Raises:
+            HardwareModelError: two of `models` share a name or answer to the same label.
+        """
         self._models: dict[str, HardwareModel] = {}
         self._index: dict[str, HardwareModel] = {}
+        self._broken: dict[str, HardwareModelError] = {}  # file stem -> its error
+        self._broken_index: dict[str, str] = {}  # lookup key -> file stem
         for hw in models:
-            if hw.name in self._models:
-                raise HardwareModelError(
-                    hw.source_file, "name", f"duplicate model name {hw.name!r}"
-                )
-            self._models[hw.name] = hw
-            for i, label in enumerate((hw.name, hw.full_name, *hw.aliases)):
-                field = "name" if i == 0 else "full_name" if i == 1 else f"aliases[{i - 2}]"
-                key = _key(label)
-                other = self._index.get(key)
-                if other is not None and other is not hw:
-                    raise HardwareModelError(
-                        hw.source_file,
-                        field,
-                        f"{label!r} is ambiguous: {_display_path(other.source_file)} "
-                        f"(model {other.name!r}) answers to it too",
-                    )
-                self._index[key] = hw
+            self._add(hw)
+        for err in broken:
+            self._add_broken(Path(err.path).stem, err, ())
 
     @classmethod
     def from_dir(cls, directory: str | os.PathLike[str]) -> Registry:
-        """Loads every `*.yaml` in `directory` (sorted, so errors are reproducible)."""
-        paths = sorted(Path(directory).glob("*.yaml"))
-        log.debug("loading %d hardware models from %s", len(paths), directory)
-        return cls(load_file(p) for p in paths)
+        """Loads every `*.yaml` in `directory`, each file on its own (sorted, so reproducible).
+
+        Never raises for a bad file: its error is kept (`broken()`) and logged at INFO; `porter hw
+        list` and `porter hw validate` show it, and `get` of that device raises it.
+
+        Raises:
+            HardwareModelError: `directory` is not a directory (field "", the path named).
+        """
+        d = Path(directory)
+        if not d.is_dir():
+            raise HardwareModelError(d, "", "not a directory of device YAML files")
+        paths = sorted(d.glob("*.yaml"))
+        log.debug("loading %d hardware models from %s", len(paths), d)
+        reg = cls()
+        loaded: list[HardwareModel] = []
+        for p in paths:
+            try:
+                loaded.append(load_file(p))
+            except HardwareModelError as e:
+                log.info("hardware model not loaded: %s", e)
+                reg._add_broken(p.stem, e, _salvage_labels(p))
+        clashes = _clashes(loaded)
+        for hw in loaded:
+            if hw.name not in clashes:
+                reg._add(hw)
+        for hw in loaded:
+            if hw.name in clashes:
+                log.info("hardware model not loaded: %s", clashes[hw.name])
+                reg._add_broken(Path(hw.source_file).stem, clashes[hw.name], _labels(hw))
+        return reg
+
+    def _add(self, hw: HardwareModel) -> None:
+        """Indexes `hw` under all its labels, or raises leaving the registry as it was."""
+        if hw.name in self._models:
+            raise HardwareModelError(hw.source_file, "name", f"duplicate model name {hw.name!r}")
+        for field, label in _labelled_fields(hw):
+            other = self._index.get(_key(label))
+            if other is not None:
+                raise HardwareModelError(
+                    hw.source_file,
+                    field,
+                    f"{label!r} is ambiguous: {_display_path(other.source_file)} "
+                    f"(model {other.name!r}) answers to it too",
+                )
+        self._models[hw.name] = hw
+        for label in _labels(hw):
+            self._index[_key(label)] = hw
+
+    def _add_broken(self, stem: str, err: HardwareModelError, labels: Iterable[str]) -> None:
+        """Remembers a file that did not load, under its stem and whatever labels it had."""
+        self._broken[stem] = err
+        for label in (stem, *labels):
+            self._broken_index.setdefault(_key(label), stem)
 
     def get(self, name_or_alias: str) -> HardwareModel:
         """See `hwmodels.get`."""
-        hw = self._index.get(_key(name_or_alias)) if isinstance(name_or_alias, str) else None
-        if hw is None:
-            raise UnknownDeviceError(str(name_or_alias), self._models)
-        return hw
+        key = _key(name_or_alias) if isinstance(name_or_alias, str) else None
+        hw = self._index.get(key) if key is not None else None
+        if hw is not None:
+            return hw
+        stem = self._broken_index.get(key) if key is not None else None
+        if stem is not None:
+            raise BrokenDeviceError(str(name_or_alias), self._broken[stem], self._models)
+        raise UnknownDeviceError(str(name_or_alias), self._models)
 
     def find(self, name_or_alias: str) -> HardwareModel | None:
-        """Like `get`, but None instead of raising."""
+        """Like `get`, but None instead of raising (for a broken device too)."""
         return self._index.get(_key(name_or_alias))
 
+    def broken_error(self, name_or_alias: str) -> HardwareModelError | None:
+        """The load error of the broken file answering to `name_or_alias`, else None."""
+        stem = self._broken_index.get(_key(name_or_alias))
+        return self._broken[stem] if stem is not None else None
+
     def all(self) -> list[HardwareModel]:
-        """Every model, sorted by vendor then name."""
+        """Every model that loaded, sorted by vendor then name."""
         return sorted(self._models.values(), key=lambda hw: (hw.vendor, hw.name))
 
     def names(self) -> list[str]:
+        """The names of the models that loaded, sorted."""
         return sorted(self._models)
+
+    def broken(self) -> list[HardwareModelError]:
+        """The errors of the files that did not load, sorted by file name."""
+        return [self._broken[stem] for stem in sorted(self._broken)]
+
+
+def _labelled_fields(hw: HardwareModel) -> list[tuple[str, str]]:
+    """(dotted field, label) for every name `hw` answers to: name, full name, aliases."""
+    return [
+        ("name", hw.name),
+        ("full_name", hw.full_name),
+        *((f"aliases[{i}]", alias) for i, alias in enumerate(hw.aliases)),
+    ]
+
+
+def _labels(hw: HardwareModel) -> list[str]:
+    return [label for _, label in _labelled_fields(hw)]
+
+
+def _clashes(models: list[HardwareModel]) -> dict[str, HardwareModelError]:
+    """Model name -> the error for each model answering to a label another model claims too.
+
+    Every claimant of a contested label gets an error naming the others, so the outcome does
+    not depend on the order the files were read in. A model's first contested label is named.
+    """
+    claims: dict[str, list[tuple[HardwareModel, str, str]]] = {}
+    for hw in models:
+        for field, label in _labelled_fields(hw):
+            owners = claims.setdefault(_key(label), [])
+            if all(owner is not hw for owner, _, _ in owners):  # "h100" and "H100": one claim
+                owners.append((hw, field, label))
+    out: dict[str, HardwareModelError] = {}
+    for owners in claims.values():
+        if len(owners) < 2:
+            continue
+        for hw, field, label in owners:
+            if hw.name in out:
+                continue
+            others = "; ".join(
+                f"{_display_path(o.source_file)} (model {o.name!r})"
+                for o, _, _ in owners
+                if o is not hw
+            )
+            out[hw.name] = HardwareModelError(
+                hw.source_file, field, f"{label!r} is ambiguous: {others} answers to it too"
+            )
+    return out
+
+
+def _salvage_labels(path: Path) -> tuple[str, ...]:
+    """The full name and aliases a broken file declares, where its YAML still parses that far.
+
+    So that `get("sm_90")` with a broken h100.yaml names the broken file instead of saying no
+    device is called that. Anything unreadable gives nothing; the stem always works.
+    """
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return ()
+    if not isinstance(data, dict):
+        return ()
+    labels = [data.get("full_name")]
+    aliases = data.get("aliases")
+    if isinstance(aliases, list):
+        labels.extend(aliases)
+    return tuple(x for x in labels if isinstance(x, str) and x.strip())

@@ -2,6 +2,11 @@
 
 The CLI turns any `PorterError` into a one-paragraph message and a non-zero exit code,
 never a traceback.
+
+Errors of other packages a user can cause derive from `PorterError` too, where they are raised:
+`hwmodels.HardwareModelError` (a broken device YAML, naming file and field),
+`hwmodels.UnknownDeviceError` (listing the known devices) and `hwmodels.BrokenDeviceError` (a
+device whose YAML did not load; both of the others).
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import functools
 import sys
 from collections.abc import Callable
 from dataclasses import fields
+from pathlib import Path
 from typing import Any
 from typing import TypeVar
 
@@ -49,7 +50,12 @@ def hw() -> None:
 @hw.command("list")
 @_user_errors
 def list_cmd() -> None:
-    """A table of every hardware model with its headline numbers."""
+    """A table of every hardware model with its headline numbers.
+
+    A file that did not load is a row marked BROKEN, and its error (file and field) follows the
+    table; the other models are listed as usual and the exit status stays 0 (`porter hw
+    validate` is the check that fails).
+    """
     from tabulate import tabulate
 
     rows = []
@@ -82,7 +88,12 @@ def list_cmd() -> None:
         "SMs/CUs",
         "LLC MiB",
     ]
+    broken = hwmodels.broken()
+    for err in broken:
+        rows.append([Path(err.path).stem, "BROKEN", *["-"] * (len(headers) - 2)])
     click.echo(tabulate(rows, headers=headers, disable_numparse=True, stralign="right"))
+    for err in broken:
+        click.echo(f"broken: {err}")
 
 
 def _fact_line(label: str, fact: hwmodels.Fact, unit: str = "") -> str:
@@ -155,15 +166,33 @@ def show_cmd(name: str) -> None:
 @click.argument("paths", nargs=-1, type=click.Path(dir_okay=False))
 @_user_errors
 def validate_cmd(paths: tuple[str, ...]) -> None:
-    """Validate device YAML files (default: every shipped model, aliases included)."""
+    """Validate device YAML files (default: every model in the registry's folder, aliases included).
+
+    Every file is checked, one line each; exits 2 when any is broken, naming it.
+    """
+    errors: list[HardwareModelError] = []
     if paths:
         for p in paths:
-            m = hwmodels.load_file(p)
+            try:
+                m = hwmodels.load_file(p)
+            except HardwareModelError as e:
+                errors.append(e)
+                continue
             click.echo(f"ok: {p} ({m.name})")
     else:
         hwmodels.clear_cache()
         models = hwmodels.all_models()
-        click.echo(f"ok: {len(models)} models in {hwmodels.DEVICES_DIR}")
+        errors = hwmodels.broken()
+        where = hwmodels.devices_dir()
+        if errors:
+            not_ = "does not" if len(errors) == 1 else "do not"
+            click.echo(f"{len(models)} models in {where} load, {len(errors)} {not_}:")
+        else:
+            click.echo(f"ok: {len(models)} models in {where}")
+    for e in errors:
+        click.echo(f"error: {e}", err=True)
+    if errors:
+        sys.exit(EXIT_USER_ERROR)
 
 
 @hw.command("detect")

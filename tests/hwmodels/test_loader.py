@@ -263,10 +263,23 @@ def test_ambiguous_alias_is_a_load_error(tmp_path: Path) -> None:
     data["full_name"] = "Twin"
     data["aliases"] = ["twin", "SM_90"]  # sm_90 already belongs to h100
     _write(tmp_path, data, stem="h100-twin")
-    with pytest.raises(HardwareModelError) as info:
-        Registry.from_dir(tmp_path)
-    msg = str(info.value)
-    # Whichever file loads second is blamed; the message names both and the alias.
-    assert "h100-twin.yaml" in msg and "h100.yaml" in msg
-    assert re.fullmatch(r"aliases\[\d+\]", info.value.field)
-    assert "ambiguous" in msg and "sm_90" in msg.lower()
+    reg = Registry.from_dir(tmp_path)
+    # Which one is wrong cannot be known: both files are broken, each error naming the other
+    # file and the alias, whatever order the files are read in.
+    for stem, other in (("h100", "h100-twin.yaml"), ("h100-twin", "h100.yaml")):
+        with pytest.raises(HardwareModelError) as info:
+            reg.get(stem)
+        msg = str(info.value)
+        assert f"{stem}.yaml" in msg and other in msg
+        assert re.fullmatch(r"aliases\[\d+\]", info.value.field)
+        assert "ambiguous" in msg and "sm_90" in msg.lower()
+    with pytest.raises(HardwareModelError, match="ambiguous"):
+        reg.get("sm_90")
+    assert reg.names() == []
+
+
+def test_registry_of_models_rejects_duplicates() -> None:
+    """Built from models in code (not a folder), a clash is still an error at once."""
+    h100 = hwmodels.get("h100")
+    with pytest.raises(HardwareModelError, match="duplicate model name"):
+        Registry([h100, h100])
