@@ -9,10 +9,19 @@ dtype, and runs that kernel. It never silently runs a kernel that was not verifi
   An entry that was only compiled, or none for this device, means the reference runs instead.
 - on a CPU the kernel runs under the Triton interpreter, and only when the entry reached the
   interpreted tier; the loader says plainly that this is the interpreter (correct, not fast).
-- file hashes are verified against the manifest before a kernel is loaded; a changed file is
-  refused with `PackIntegrityError` naming it.
 
-Each fallback to the reference is announced by exactly one `PackFallbackWarning` per reason.
+Loading a pack executes its Python, as installing a package does, so the pack is checked whole
+when it is loaded (porter.pack's integrity rule): every manifest path must lie inside the pack and
+every file must have the manifest's sha256 (optionally, the manifest itself a pinned sha256). A
+pack that fails is *tampered* and refused with `PackIntegrityError` naming the file, even when the
+file belongs to another device's entry: a changed file is an attack or a corruption, never a
+reason to fall back to the reference. Each file is read once; its verified bytes are what runs
+(compiled into a fresh module, and the text Triton reads through `inspect` is the same bytes), so
+a file changed on disk after loading is never used.
+
+The reference runs instead of a kernel only when the (intact) pack has no usable entry for the
+call: none for the device, none that reached the interpreted tier, or no config for the dtype or
+shape. Each such fallback is announced by exactly one `PackFallbackWarning` per reason.
 """
 
 from __future__ import annotations
@@ -20,9 +29,12 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import itertools
+import linecache
 import logging
 import os
 import sys
+import tempfile
 import threading
 import warnings
 from collections.abc import Iterator
@@ -33,12 +45,12 @@ from typing import Any
 
 import torch
 
+from porter.pack import PackError
 from porter.pack import bucket_distance
-from porter.pack import entry_files
-from porter.pack import read_manifest
+from porter.pack import read_verified_pack
+from porter.pack import sha256_bytes
 from porter.pack import shape_bucket
 from porter.pack import tier_rank
-from porter.pack import verify_files
 
 log = logging.getLogger(__name__)
 
@@ -70,13 +82,10 @@ class Choice:
 
 
 @contextlib.contextmanager
-def _interpreter_env(on: bool) -> Iterator[None]:
-    """Keep TRITON_INTERPRET set while interpreted kernels are imported and run."""
-    if not on:
-        yield
-        return
+def _triton_interpret(value: str) -> Iterator[None]:
+    """TRITON_INTERPRET=value for the block, restored afterwards."""
     old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
+    os.environ["TRITON_INTERPRET"] = value
     try:
         yield
     finally:
@@ -84,6 +93,16 @@ def _interpreter_env(on: bool) -> Iterator[None]:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = old
+
+
+@contextlib.contextmanager
+def _interpreter_env(on: bool) -> Iterator[None]:
+    """Keep TRITON_INTERPRET set while interpreted kernels are imported and run."""
+    if not on:
+        yield
+        return
+    with _triton_interpret("1"):
+        yield
 
 
 def ensure_interpreter_ready() -> str | None:
@@ -117,14 +136,49 @@ def ensure_interpreter_ready() -> str | None:
     return None
 
 
-def _import_file(path: Path, name: str) -> ModuleType:
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path}: cannot be imported as a module")
-    module = importlib.util.module_from_spec(spec)
+_module_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """A module executed from verified bytes, and the text pinned for it in linecache."""
+
+    module: ModuleType
+    filename: str  # "<porter pack ...>": the module's code objects carry it
+    text: str
+
+
+def _exec_verified(data: bytes, *, label: str, display: str) -> _Verified:
+    """Execute verified pack bytes as a fresh module; nothing is read from disk.
+
+    Triton's @jit does not compile the bytecode: it reads the function's source through `inspect`
+    (linecache) when it decorates, and under the interpreter again on the first run, and uses
+    that text. So the verified text is pinned in linecache under a "<...>" name, which linecache
+    never reads from disk, and the code objects carry that name. The module name is unique, since
+    triton looks a function's module up in sys.modules and two packs may hold the same file.
+
+    Args:
+        data: the file's bytes, already checked against the manifest.
+        label: part of the module name (e.g. "rmsnorm_ref").
+        display: the pack and file, shown in tracebacks (e.g. "rmsnorm/nvidia/h100/x.py").
+    """
+    text = importlib.util.decode_source(data)
+    filename = f"<porter pack {display} sha256:{sha256_bytes(data)[:12]}>"
+    _pin_source(filename, text)
+    name = f"_porter_pack_{''.join(c if c.isalnum() else '_' for c in label)}_{next(_module_ids)}"
+    module = ModuleType(name)
     sys.modules[name] = module  # triton.jit looks its function's module up while decorating
-    spec.loader.exec_module(module)
-    return module
+    try:
+        exec(compile(text, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return _Verified(module, filename, text)
+
+
+def _pin_source(filename: str, text: str) -> None:
+    # mtime None marks an entry that linecache.checkcache never re-validates against a file.
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
 
 
 class _ReferenceModule:
@@ -147,26 +201,25 @@ class _ReferenceModule:
 class PackedOp:
     """A packed op: call it like the reference; `describe()` says what would run."""
 
-    def __init__(self, path: str | Path, *, device: str | None = None) -> None:
+    def __init__(self, path: str | Path, *, device: str | None = None,
+                 expect_sha256: str | None = None) -> None:
         """See `load_pack`."""
-        self.path = Path(path)
-        self.manifest = read_manifest(self.path)
+        # The whole pack is checked before anything runs, and every file is read here, once: a
+        # tampered pack fails at load time naming the file, not in the middle of a model, and
+        # what runs later is these bytes, whatever happens to the files afterwards.
+        pack = read_verified_pack(path, expect_sha256=expect_sha256)
+        self.path = pack.path
+        self.manifest = pack.manifest
+        self.manifest_sha256 = pack.manifest_sha256
+        self._sources: dict[str, bytes] = pack.files
         self.op: str = self.manifest["op"]
         self._warned: set[str] = set()
-        self._modules: dict[tuple[str, bool], ModuleType] = {}
+        self._modules: dict[tuple[str, bool], _Verified] = {}
         # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
         self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
         self._lock = threading.Lock()
         self._gpu_target, self._detect_reason = self._resolve_device(device)
         self._cpu_target = device if device and self._entry(device) is not None else None
-        # Verify every file this process could run before anything runs: a tampered pack fails
-        # at load time, naming the file, not in the middle of a model.
-        verify_files(self.path, self.manifest, [self.manifest["reference"]["file"]])
-        for entry in self.manifest["entries"]:
-            runnable_on_cpu = (entry["target"] == self._cpu_target if self._cpu_target
-                               else self._cpu_eligible(entry))
-            if entry["target"] == self._gpu_target or runnable_on_cpu:
-                verify_files(self.path, self.manifest, entry_files(entry))
         self.reference = self._load_reference()
 
     # -- device and entry selection -------------------------------------------------------
@@ -335,33 +388,42 @@ class PackedOp:
                 return result
 
     def _module(self, rel: str, interpret: bool) -> ModuleType:
+        """The module of pack file `rel`, executed from the bytes verified at load time."""
         key = (rel, interpret)
         with self._lock:
             if key not in self._modules:
-                name = f"_porter_pack_{self.op}_{abs(hash(key)):x}"
-                path = self.path / rel
-                with _interpreter_env(interpret):
-                    try:
-                        from porter.codegen.loading import load_generated_module
-                    except ImportError:
-                        load_generated_module = None  # codegen absent: import the file directly
-                    if load_generated_module is not None:
-                        self._modules[key] = load_generated_module(path.read_text(), name,
-                                                                   interpret)
-                    else:
-                        self._modules[key] = _import_file(path, name)
-            return self._modules[key]
+                # Triton's @jit decides at decoration whether it interprets: "0" keeps a GPU
+                # module compiled even when the user's environment says otherwise.
+                with _triton_interpret("1" if interpret else "0"):
+                    self._modules[key] = _exec_verified(
+                        self._sources[rel], label=f"{self.op}_{Path(rel).stem}",
+                        display=f"{self.op}/{rel}")
+            verified = self._modules[key]
+        # Pinned again in case something cleared linecache since: the interpreter reads the
+        # kernel's text on its first run, and it must find the verified text, not nothing.
+        if verified.filename not in linecache.cache:
+            _pin_source(verified.filename, verified.text)
+        return verified.module
 
     def _load_reference(self) -> Any:
         ref = self.manifest["reference"]
-        path = self.path / ref["file"]
+        data = self._sources[ref["file"]]
         function = ref.get("function")
         if function:
-            module = _import_file(path, f"_porter_pack_ref_{self.op}")
+            module = _exec_verified(data, label=f"{self.op}_ref",
+                                    display=f"{self.op}/{ref['file']}").module
+            if not callable(getattr(module, function, None)):
+                raise PackError(f"{self.path / ref['file']}: no function {function!r}, which the "
+                                "manifest's reference.function names")
             return getattr(module, function)
         from porter.spec import load_spec
 
-        return load_spec(path).reference
+        # A KernelBench file goes through load_spec, which reads its file by path: give it the
+        # verified bytes in a private folder, never the pack's file again.
+        with tempfile.TemporaryDirectory(prefix="porter_pack_ref_") as tmp:
+            copy = Path(tmp) / Path(ref["file"]).name
+            copy.write_bytes(data)
+            return load_spec(copy).reference
 
     def _warn_once(self, reason: str) -> None:
         if reason in self._warned:
@@ -416,9 +478,14 @@ class PackedOp:
 
 
 def load_pack(
-    path: str | Path, *, device: str | None = None, register_custom_op: bool = False
+    path: str | Path, *, device: str | None = None, register_custom_op: bool = False,
+    expect_sha256: str | None = None,
 ) -> PackedOp:
     """Load a pack written by `porter port` and return a callable that runs the right kernel.
+
+    Loading executes the pack's Python (its reference and, on the first call, a kernel module),
+    like installing a package: check a pack you received with `porter pack verify PACK
+    --expect-sha256 HASH`, or pass `expect_sha256` here.
 
     Args:
         path: the pack folder (`packs/<op>/`).
@@ -426,15 +493,19 @@ def load_pack(
             the device, or "cpu" for no GPU; None detects with `hwmodels.detect()`.
         register_custom_op: also register `torch.ops.kernel_porter.<op>` (usable inside
             torch.compile); the returned object's `.custom_op` holds it.
+        expect_sha256: the sha256 the pack's manifest.yaml must have (`porter pack show` prints
+            it); None checks the files against the manifest only.
 
     Returns:
         A `PackedOp`: `op(*inputs)` or `op(*inputs, out=out)`; `op.describe(*inputs)`.
 
     Raises:
         PackError: the folder is not a pack / the manifest is malformed.
-        PackIntegrityError: a file this device could run differs from its manifest hash.
+        PackIntegrityError: the pack is tampered, and refused whole: any file differs from its
+            manifest hash or is missing, a manifest path leads outside the pack
+            (`PackPathError`), or the manifest is not the one `expect_sha256` pins.
     """
-    packed = PackedOp(path, device=device)
+    packed = PackedOp(path, device=device, expect_sha256=expect_sha256)
     if register_custom_op:
         packed.register_custom_op()
     return packed

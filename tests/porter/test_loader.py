@@ -13,8 +13,11 @@ import porter
 from porter.loader import PackFallbackWarning
 from porter.loader import load_pack
 from porter.pack import PackIntegrityError
+from porter.pack import PackPathError
+from porter.pack import manifest_sha256
 from porter.pack import read_manifest
 from tests.porter.test_pack_helpers import make_pack
+from tests.porter.test_pack_helpers import point_outside
 
 
 def _ref(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -113,17 +116,17 @@ def test_detects_cpu_by_default(tmp_path: Path) -> None:
     assert "no known GPU detected" in op.describe()
 
 
-def test_refuses_tampered_kernel(tmp_path: Path) -> None:
+def test_tampered_kernel_refuses_the_whole_pack(tmp_path: Path) -> None:
+    """The rule: one changed file makes the pack tampered, refused whole, naming the file; it
+    never falls back to the reference (not even for a device whose entry is intact)."""
     pack = make_pack(tmp_path)
     m = read_manifest(pack)
     rel = next(b["file"] for e in m["entries"] if e["target"] == "h100" for b in e["buckets"])
     path = pack / rel
     path.write_text(path.read_text().replace("1.0 / tl.sqrt", "1.01 / tl.sqrt"))
-    with pytest.raises(PackIntegrityError, match=path.name):
-        load_pack(pack, device="h100")
-    with pytest.raises(PackIntegrityError, match=path.name):
-        load_pack(pack, device="cpu")  # the CPU would run it under the interpreter, too
-    load_pack(pack, device="mi300x")  # an entry that does not use the file still loads
+    for device in ("h100", "cpu", "mi300x", "b200"):
+        with pytest.raises(PackIntegrityError, match=path.name):
+            load_pack(pack, device=device)
 
 
 def test_refuses_tampered_reference(tmp_path: Path) -> None:
@@ -142,3 +145,68 @@ def test_custom_op_inside_torch_compile(tmp_path: Path) -> None:
         return op.custom_op(a, b) * 2
 
     torch.testing.assert_close(f(x, w), _ref(x, w) * 2, atol=1e-5, rtol=1e-5)
+
+
+def test_kernel_changed_after_load_never_runs(tmp_path: Path) -> None:
+    """A kernel file edited between load_pack (which verified it) and the first call: the bytes
+    that were verified run, not the edited file (the edit would double every output)."""
+    pack = make_pack(tmp_path)
+    op = load_pack(pack, device="cpu")
+    for path in pack.rglob("*.py"):
+        if path.name != "reference.py":
+            path.write_text(path.read_text().replace("1.0 / tl.sqrt", "2.0 / tl.sqrt"))
+    x, w = _inputs((5, 200))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)  # the kernel must run, not a fallback
+        y = op(x, w)
+    torch.testing.assert_close(y, _ref(x, w), atol=1e-5, rtol=1e-5)
+    # Triton compiles the text it reads through inspect, not the bytecode: that text is the
+    # verified one too, although the file on disk now says otherwise.
+    module = op._module(op.choose(x, w).bucket["file"], True)
+    import inspect
+
+    text = inspect.getsource(module._rmsnorm_kernel.fn)
+    assert "1.0 / tl.sqrt" in text and "2.0 / tl.sqrt" not in text
+
+
+def test_reference_changed_after_load_never_runs(tmp_path: Path) -> None:
+    pack = make_pack(tmp_path)
+    op = load_pack(pack, device="cpu")
+    (pack / "reference.py").write_text("def reference(x, w):\n    return x * 0\n")
+    x, w = _inputs((5, 200), torch.float16)  # the pack has no fp16 config: the reference runs
+    with pytest.warns(PackFallbackWarning):
+        y = op(x, w)
+    torch.testing.assert_close(y, _ref(x, w), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.parametrize("how", ["dotdot", "absolute", "symlink"])
+@pytest.mark.parametrize("field", ["bucket", "reference"])
+def test_path_outside_the_pack_is_refused(tmp_path: Path, how: str, field: str) -> None:
+    """A manifest naming a file outside the pack, with that file's true sha256, is refused at
+    load time, naming the field and the path, and the outside file never runs."""
+    pack = make_pack(tmp_path)
+    marker = point_outside(pack, how, field)
+    for device in ("cpu", "h100"):
+        with pytest.raises(PackPathError,
+                           match=r"manifest\.yaml: .*file.*leads out of the pack") as err:
+            op = load_pack(pack, device=device)
+            op(*_inputs((5, 200)))  # the old loader imported the file on the first call
+        assert "\n" not in str(err.value)
+    assert not marker.exists()
+
+
+def test_expect_sha256_pins_the_manifest(tmp_path: Path) -> None:
+    pack = make_pack(tmp_path)
+    pinned = manifest_sha256(pack)
+    load_pack(pack, device="cpu", expect_sha256=pinned)
+    load_pack(pack, device="cpu", expect_sha256="sha256:" + pinned.upper())
+    # A consistent re-write of the pack (new file, new hash listed) passes every file check, but
+    # is not the pack that was pinned.
+    m = read_manifest(pack)
+    m["notes"] = "re-written by someone else"
+    import yaml
+
+    (pack / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    load_pack(pack, device="cpu")
+    with pytest.raises(PackIntegrityError, match="not the pack you pinned"):
+        load_pack(pack, device="cpu", expect_sha256=pinned)

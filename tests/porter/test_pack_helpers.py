@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import replace
 from pathlib import Path
+
+import yaml
 
 from porter.pack import write_pack
 from porter.port import BucketChoice
@@ -61,26 +65,83 @@ def _choice(bucket: str, dtype: str, tier: str, warps: int, t: float, label: str
                                  "label": label, "pct_of_peak": 71.0})
 
 
-def make_pack(tmp: Path, *, h100_tier: str = "interpreted", cpu_ok: bool = True) -> Path:
-    """A pack with h100 (fp32/bf16 buckets), mi300x and m4 entries; returns the pack folder."""
-    spec = tmp / "spec.py"
-    spec.write_text(REFERENCE)
+def _targets(h100_tier: str, cpu_ok: bool) -> dict[str, TargetResult]:
     other = "interpreted" if cpu_ok else "compiled"
-    targets = (
-        TargetResult("h100", "nvidia", "triton-cuda", "90", "ab" * 32, "fp32: atol=1e-05", (
+    return {
+        "h100": TargetResult("h100", "nvidia", "triton-cuda", "90", "ab" * 32, "fp32: atol=1e-05", (
             _choice("4096x4096", "fp32", h100_tier, 8, 0.02),
             _choice("64x256", "fp32", h100_tier, 4, 0.004),
             _choice("4096x4096", "bf16", h100_tier, 16, 0.011),
         )),
-        TargetResult("mi300x", "amd", "triton-hip", "gfx942", "cd" * 32, "fp32: atol=1e-05", (
+        "mi300x": TargetResult("mi300x", "amd", "triton-hip", "gfx942", "cd" * 32,
+                               "fp32: atol=1e-05", (
             _choice("4096x4096", "fp32", other, 4, 0.018),
         )),
-        TargetResult("m4", "apple", "metal", "apple-m4", "ef" * 32, "", (
+        "m4": TargetResult("m4", "apple", "metal", "apple-m4", "ef" * 32, "", (
             _choice("4096x4096", "fp32", "emitted", 4, 0.3, metal=True),
         ), notes=("Metal: source emitted only",)),
-    )
-    result = PortResult(op="rmsnorm_t", spec_path=spec, run_dir=tmp / "run", targets=targets,
-                        versions={"torch": "x", "triton": "y"},
-                        fusion={"text": "pow+mean+rsqrt+mul+mul fused", "bytes_saved": 1024},
-                        signature=("tensor", "tensor"), reference_function="reference")
-    return write_pack(result, tmp / "packs")
+    }
+
+
+def port_result(tmp: Path, targets: tuple[str, ...] = ("h100", "mi300x", "m4"), *,
+                h100_tier: str = "interpreted", cpu_ok: bool = True,
+                no_kernel: tuple[str, ...] = (), reference: str = REFERENCE,
+                signature: tuple[str, ...] = ("tensor", "tensor"),
+                run: str = "run") -> PortResult:
+    """A PortResult as `port()` would return it, without a port: the named targets' entries
+    (h100: fp32/bf16 buckets; mi300x; m4), those in `no_kernel` with no passing bucket."""
+    spec = tmp / "spec.py"
+    spec.write_text(reference)
+    made = _targets(h100_tier, cpu_ok)
+    chosen = tuple(replace(made[t], choices=()) if t in no_kernel else made[t] for t in targets)
+    return PortResult(op="rmsnorm_t", spec_path=spec, run_dir=tmp / run, targets=chosen,
+                      versions={"torch": "x", "triton": "y"},
+                      fusion={"text": "pow+mean+rsqrt+mul+mul fused", "bytes_saved": 1024},
+                      signature=signature, reference_function="reference")
+
+
+def make_pack(tmp: Path, *, h100_tier: str = "interpreted", cpu_ok: bool = True) -> Path:
+    """A pack with h100 (fp32/bf16 buckets), mi300x and m4 entries; returns the pack folder."""
+    return write_pack(port_result(tmp, h100_tier=h100_tier, cpu_ok=cpu_ok), tmp / "packs").path
+
+
+EVIL = MODULE + """
+# Runs when imported: proof that a file outside the pack was executed.
+import pathlib
+pathlib.Path({marker!r}).write_text("ran")
+"""
+
+
+def point_outside(pack: Path, how: str, field: str = "bucket") -> Path:
+    """Make the pack's manifest name a file outside the pack, listed with its true sha256 (what
+    an attacker who can edit the manifest does); returns the marker file the outside module
+    writes if it is ever imported.
+
+    how: "dotdot" (a ../ path), "absolute", or "symlink" (a path inside the pack that is a
+    symlink to the outside file). field: "bucket" (the first h100 bucket's file) or "reference".
+    """
+    outside = pack.parent.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    marker = outside / "marker.txt"
+    evil = outside / "evil.py"
+    body = EVIL.format(config={"num_warps": 4}, marker=str(marker))
+    if field == "reference":
+        body += "\ndef reference(x, w):\n    return x\n"
+    evil.write_text(body)
+    if how == "dotdot":
+        rel = "nvidia/h100/../../../../outside/evil.py"  # from packs/<op>/ to outside/
+    elif how == "absolute":
+        rel = str(evil)
+    else:
+        rel = "nvidia/h100/evil_link.py"
+        (pack / rel).symlink_to(evil)
+    manifest = yaml.safe_load((pack / "manifest.yaml").read_text())
+    manifest["files"][rel] = hashlib.sha256(evil.read_bytes()).hexdigest()
+    if field == "reference":
+        manifest["reference"]["file"] = rel
+    else:
+        h100 = next(e for e in manifest["entries"] if e["target"] == "h100")
+        for b in h100["buckets"]:
+            b["file"] = rel
+    (pack / "manifest.yaml").write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return marker
