@@ -210,6 +210,10 @@ def write_pack(result: PortResult, out_dir: str | Path, *, replace: bool = False
             assert old is not None
             for rel in entry_files(entry):
                 _put_file(staging, rel, old.files[rel])
+            # The manifest's top-level run and versions will be this port's: an entry written
+            # before entries carried their own keeps where it came from.
+            entry.setdefault("provenance", {k: old.manifest.get(k)
+                                            for k in ("created", "run_dir", "versions")})
         files = {
             p.relative_to(staging).as_posix(): sha256_file(p)
             for p in sorted(staging.rglob("*"))
@@ -353,8 +357,8 @@ def _merge_entries(
         else:
             merged.append(new)
             if tier_rank(new["tier"]) < tier_rank(entry.get("tier", "")):
-                notes.append(f"{target}: replaced the pack's {entry['tier']} entry with this "
-                             f"port's {new['tier']} one")
+                notes.append(f"{target}: replaced the pack's {entry.get('tier')} entry with "
+                             f"this port's {new['tier']} one")
     merged.extend(fresh.values())
     if untouched:
         notes.insert(0, f"kept the pack's existing entries of {', '.join(untouched)} (this "

@@ -40,6 +40,7 @@ def show(pack_dir: str, verify: bool) -> None:
                     click.echo(f"error: {problem}", err=True)
                 raise SystemExit(2)
             integrity = f"all {report.files_checked} files match their sha256, inside the pack"
+            digest = report.manifest_sha256  # the manifest that was verified
     except PackError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(2) from exc
