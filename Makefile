@@ -3,7 +3,8 @@
 #   make test   set up, then run the test suite
 # Set-up makes .venv (seeing the system's packages, so a GPU machine keeps its own CUDA/ROCm torch)
 # and installs torch==2.13.0 only when no torch is importable: on a CPU machine that is the CPU
-# build from local disk, never a multi-GB CUDA download.
+# build from local disk, never a multi-GB CUDA download. Then the project (`pip install -e .`);
+# `make test` adds the test extra (`pip install -e '.[test]'`: pytest, pytest-xdist).
 
 PY ?= python3
 VENV := .venv
@@ -18,6 +19,11 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e .
 	touch $@
 
+# The test extra (pytest, pytest-xdist) on top, once; redone whenever set-up is.
+$(VENV)/.installed-test: $(VENV)/.installed
+	$(VPY) -m pip install -q -e '.[test]'
+	touch $@
+
 setup: $(VENV)/.installed
 
 demo: setup
@@ -26,5 +32,5 @@ demo: setup
 	$(VENV)/bin/porter port examples/rmsnorm/spec.py --targets a100,h100,h200,b200,mi300x,m4 --out packs/
 	$(VENV)/bin/porter pack show packs/rmsnorm
 
-test: setup
+test: $(VENV)/.installed-test
 	$(VPY) -m pytest -q -n 2 tests
