@@ -10,7 +10,8 @@ Verdicts:
               the fastest (measured, else projected) at the time it was judged
     reverted  passed, but slower than the kept one (the reason says by how much)
     rejected  failed a tier: did not fit, did not compile, or failed a correctness stage
-    skipped   not judged (e.g. the interpreted-check budget on a CPU was spent); says why
+    skipped   not judged (e.g. the interpreted-check budget on a CPU was spent); says why. Not
+              "done": a resumed run with budget left judges it.
 """
 
 from __future__ import annotations
@@ -29,9 +30,12 @@ from pathlib import Path
 from typing import Any
 from typing import Literal
 
+from porter.errors import PorterError
+
 log = logging.getLogger(__name__)
 
 Verdict = Literal["kept", "reverted", "rejected", "skipped"]
+VERDICTS = ("kept", "reverted", "rejected", "skipped")
 TIERS = ("emitted", "compiled", "interpreted", "measured")
 
 CSV_COLUMNS = (
@@ -97,6 +101,29 @@ class LedgerEntry:
         return None if value is None else float(value)
 
 
+class LedgerError(PorterError, ValueError):
+    """A ledger line that is not a ledger entry (other than a torn last line); names the file
+    and the line number."""
+
+
+def _parse_line(line: str) -> LedgerEntry:
+    """One ledger line as an entry; raises ValueError/TypeError/KeyError on anything else."""
+    raw = json.loads(line)
+    if not isinstance(raw, dict):
+        raise TypeError(f"expected a JSON object, got {type(raw).__name__}")
+    if raw.get("verdict") not in VERDICTS:
+        raise ValueError(f"verdict {raw.get('verdict')!r} is not one of {', '.join(VERDICTS)}")
+    for name, kind in (("config", dict), ("numbers", dict), ("details", dict), ("shape", list)):
+        if name in raw and not isinstance(raw[name], kind):
+            raise TypeError(f"{name} is a {type(raw[name]).__name__}, not a {kind.__name__}")
+    return LedgerEntry(**{**raw, "shape": tuple(raw.get("shape", ()))})
+
+
+def _brief_exc(exc: BaseException) -> str:
+    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 class Ledger:
     """Append-only JSONL ledger; reopening the same path continues where it stopped."""
 
@@ -109,21 +136,26 @@ class Ledger:
             self._read_back()
 
     def _read_back(self) -> None:
-        lines = self.path.read_text().splitlines()
+        text = self.path.read_text()
+        lines = text.splitlines()
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             try:
-                raw = json.loads(line)
-                entry = LedgerEntry(**{**raw, "shape": tuple(raw.get("shape", ()))})
-            except (json.JSONDecodeError, TypeError) as exc:
-                # Only the last line can be torn by an interrupt; anything earlier is corruption.
-                if lineno == len(lines):
+                entry = _parse_line(line)
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                # A kill can tear only the last line, and a torn line has no newline yet (each
+                # line is written with its newline in one call): that one is dropped and its
+                # candidate reruns. Any other bad line is corruption, which a resume must not
+                # guess its way past.
+                if lineno == len(lines) and not text.endswith("\n"):
                     log.warning("%s:%d: dropping a torn last line (%s); that candidate reruns",
                                 self.path, lineno, exc)
                     self._truncate_to(lines[: lineno - 1])
                     break
-                raise ValueError(f"{self.path}:{lineno}: not a ledger entry: {exc}") from exc
+                raise LedgerError(
+                    f"{self.path}:{lineno}: not a ledger entry ({_brief_exc(exc)}); fix or "
+                    "delete that line, or start the run afresh with --no-resume") from exc
             self._remember(entry)
 
     def _truncate_to(self, good_lines: list[str]) -> None:
@@ -143,8 +175,13 @@ class Ledger:
         return (self._entries[k] for k in self._order)
 
     def done(self, key: str) -> bool:
-        """True when the candidate with this key was already judged (in this or a past run)."""
-        return key in self._entries
+        """True when the candidate with this key was already judged (in this or a past run).
+
+        A "skipped" candidate was not judged (e.g. the check budget was spent): it is not done,
+        so a resumed run with budget left checks it.
+        """
+        entry = self._entries.get(key)
+        return entry is not None and entry.verdict != "skipped"
 
     def get(self, key: str) -> LedgerEntry | None:
         return self._entries.get(key)

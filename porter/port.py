@@ -66,6 +66,16 @@ DEFAULT_RUNS_DIR = Path("runs")
 # search runs on the device, where checks take milliseconds.
 CPU_MAX_VARIANTS = 3
 CPU_MAX_CHECKS = 6
+# On the device a candidate costs about a second (cross-compile, first launch compiles it again,
+# the smoke check, timing); the full space is ~130 variants per shape and dtype for a row-wise op
+# (about 25 minutes for rmsnorm on an H100). The default keeps the search's first 8 per (bucket,
+# dtype), which is the cap bench/suite.py has ported every example op with (matmul at 12), and a
+# time budget per target that trims the later units' caps when the port runs behind (never
+# below DEVICE_MIN_VARIANTS), so one op reaches one GPU in about two minutes. `exhaustive=True`
+# (`--exhaustive`) searches everything; an explicit max_variants is used as given.
+DEVICE_MAX_VARIANTS = 8
+DEVICE_MIN_VARIANTS = 2
+DEVICE_TIME_BUDGET_S = 120.0
 # A bucket runs the reference op instead of the kernel only when eager is clearly faster: kernel
 # slower at the median by more than 3% (and in at least 80% of paired repetitions).
 PREFER_REFERENCE_BELOW = 0.97
@@ -74,15 +84,27 @@ PREFER_REFERENCE_BELOW = 0.97
 # At 20, configs 4% apart at a 15 us shape swapped places between runs (bench/NOTES.md item 18);
 # a repetition costs about a quarter millisecond (head start and LLC flush included).
 DEVICE_REPS = 50
+# A first screen of every candidate at SCREEN_REPS, then the FINALISTS fastest again at
+# DEVICE_REPS side by side: full repetitions only where the ranking is close enough to matter.
+SCREEN_REPS = 10
+FINALISTS = 3
 
 # A candidate's runs on the device (its first launch compiles it) must finish within this;
 # one that does not is taken to be hung: a CUDA kernel cannot be stopped from the host, so the
 # run records it rejected and exits with DEVICE_HUNG_EXIT, and the same command resumes
 # without it. Seen with the warp-specialized matmul on host TMA descriptors (bench/NOTES.md
 # item 26), which hung `porter port` with it.
-# PORTER_DEVICE_DEADLINE_S overrides it (kernels that truly run longer; the GPU test of the
-# watchdog, which should not wait 5 minutes).
-DEVICE_DEADLINE_S = 300.0
+# The default scales with the work: DEADLINE_BASE_S (set-up and the first compile), plus
+# DEADLINE_PER_SHAPE_S per shape the judge launches at (each can be a new specialization to
+# compile), plus DEADLINE_PER_FLOOR times the largest shape's roofline floor (the judge runs the
+# kernel and its reference tens of times per stage), at most DEADLINE_MAX_S. `--deadline`
+# (port(deadline_s=...)) and then PORTER_DEVICE_DEADLINE_S override it (kernels that truly run
+# longer; the GPU test of the watchdog, which should not wait minutes).
+DEVICE_DEADLINE_S = 300.0  # what device_deadline_s() returns when nothing scales it
+DEADLINE_BASE_S = 120.0
+DEADLINE_PER_SHAPE_S = 10.0
+DEADLINE_PER_FLOOR = 20_000
+DEADLINE_MAX_S = 1800.0
 DEVICE_HUNG_EXIT = 3
 _exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
 
@@ -111,15 +133,37 @@ class PortError(PorterError):
     """The port cannot start: unknown target, or a spec/op the porter cannot handle."""
 
 
-def device_deadline_s() -> float:
-    """The deadline of a candidate's device runs: PORTER_DEVICE_DEADLINE_S or DEVICE_DEADLINE_S.
+def scaled_deadline_s(max_floor_ms: float, judge_shapes: int) -> float:
+    """The default deadline of a candidate's device runs for this much work.
+
+    Args:
+        max_floor_ms: the roofline floor of the largest shape the judge runs, in ms.
+        judge_shapes: how many distinct shapes the judge launches the kernel at.
+
+    Returns:
+        Seconds: DEADLINE_BASE_S + DEADLINE_PER_SHAPE_S per shape + DEADLINE_PER_FLOOR x the
+        floor, at most DEADLINE_MAX_S.
+    """
+    seconds = (DEADLINE_BASE_S + DEADLINE_PER_SHAPE_S * max(0, judge_shapes)
+               + DEADLINE_PER_FLOOR * max(0.0, max_floor_ms) / 1e3)
+    return min(DEADLINE_MAX_S, seconds)
+
+
+def device_deadline_s(explicit: float | None = None, default: float = DEVICE_DEADLINE_S) -> float:
+    """The deadline of a candidate's device runs: `explicit` (`--deadline`), else
+    PORTER_DEVICE_DEADLINE_S, else `default` (the port passes `scaled_deadline_s`).
 
     Raises:
-        PortError: the variable is set but not a positive, finite number of seconds.
+        PortError: `explicit` or the variable is not a positive, finite number of seconds.
     """
+    if explicit is not None:
+        if not 0 < explicit < float("inf"):
+            raise PortError(f"--deadline {explicit!r}: expected a positive, finite number of "
+                            "seconds")
+        return float(explicit)
     text = os.environ.get("PORTER_DEVICE_DEADLINE_S")
     if text is None:
-        return DEVICE_DEADLINE_S
+        return default
     try:
         value = float(text)
     except ValueError:
@@ -128,6 +172,28 @@ def device_deadline_s() -> float:
         raise PortError(f"PORTER_DEVICE_DEADLINE_S={text!r}: expected a positive, finite "
                         "number of seconds")
     return value
+
+
+def resolve_budget(*, on_gpu: bool, max_variants: int | None, max_checks: int | None,
+                   exhaustive: bool, time_budget_s: float | None,
+                   ) -> tuple[int | None, int | None, float | None]:
+    """The search budget a port runs with: (max_variants, max_checks, time_budget_s).
+
+    On a CPU: CPU_MAX_VARIANTS and CPU_MAX_CHECKS, no time budget (a CPU port's picks must not
+    depend on how fast the machine is). On the GPU: DEVICE_MAX_VARIANTS and
+    DEVICE_TIME_BUDGET_S per target. Given values win; an explicit max_variants gets no time
+    budget unless one is given too (a stated cap is never cut silently); exhaustive means no
+    cap and no time budget.
+    """
+    if exhaustive:
+        return None, max_checks if max_checks is not None else (
+            None if on_gpu else CPU_MAX_CHECKS), None
+    variants = max_variants if max_variants is not None else (
+        DEVICE_MAX_VARIANTS if on_gpu else CPU_MAX_VARIANTS)
+    checks = max_checks if max_checks is not None else (None if on_gpu else CPU_MAX_CHECKS)
+    budget = time_budget_s if time_budget_s is not None else (
+        DEVICE_TIME_BUDGET_S if on_gpu and max_variants is None else None)
+    return variants, checks, budget
 
 
 @dataclass(frozen=True)
@@ -198,6 +264,8 @@ class TargetResult:
     tolerance: str
     choices: tuple[BucketChoice, ...]
     notes: tuple[str, ...] = ()
+    # one line per (bucket, dtype) that got no kernel: what its candidates did, by kind
+    failures: tuple[str, ...] = ()
 
     @property
     def tier(self) -> str:
@@ -218,6 +286,13 @@ class PortResult:
     pack_path: Path | None = None
     checks_run: int = 0
     checks_shared: int = 0
+    budget: str = ""  # the search budget, as the output states it
+    warnings_file: Path | None = None  # library warnings captured during the port, if any
+
+    @property
+    def missing(self) -> tuple[TargetResult, ...]:
+        """The targets that got no kernel at all (the CLI exits 1 naming them)."""
+        return tuple(t for t in self.targets if not t.choices)
 
 
 @dataclass
@@ -260,9 +335,17 @@ def _kinds(inputs: tuple[Any, ...]) -> tuple[str, ...]:
 
 
 class _Porter:
+    # per-target state, reset by run_target (defaults here for pieces used on their own)
+    target_deadline_s: float = DEVICE_DEADLINE_S
+    judged_in_target = 0
+    already_judged = 0
+    verbose = False
+
     def __init__(self, spec: Any, run_dir: Path, *, store_path: Path, resume: bool,
                  max_variants: int | None, max_checks: int | None, progress: Progress,
-                 units: list[tuple[tuple[int, ...], Any]] | None = None) -> None:
+                 units: list[tuple[tuple[int, ...], Any]] | None = None,
+                 exhaustive: bool = False, time_budget_s: float | None = None,
+                 deadline_s: float | None = None, verbose: bool = False) -> None:
         import torch
 
         import hwmodels
@@ -274,6 +357,8 @@ class _Porter:
         self.units = units
         self.run_dir = run_dir
         self.progress = progress
+        self.verbose = verbose
+        self.deadline_s = deadline_s
         ledger_path = run_dir / "ledger.jsonl"
         if not resume and ledger_path.exists():
             ledger_path.rename(run_dir / f"ledger.{int(time.time())}.jsonl")
@@ -288,19 +373,44 @@ class _Porter:
 
         self.local = det.model.name if det.model is not None and torch.cuda.is_available() else None
         self.detect_reason = det.reason
-        on_cpu = self.local is None
-        self.max_variants = max_variants if max_variants is not None else (
-            CPU_MAX_VARIANTS if on_cpu else None)
-        self.max_checks = max_checks if max_checks is not None else (
-            CPU_MAX_CHECKS if on_cpu else None)
+        self.max_variants, self.max_checks, self.time_budget_s = resolve_budget(
+            on_gpu=self.local is not None, max_variants=max_variants, max_checks=max_checks,
+            exhaustive=exhaustive, time_budget_s=time_budget_s)
         self.checks_run = 0
         self.checks_shared = 0
         # semantic check key -> (passed, message, tolerances)
         self._checks: dict[str, tuple[bool, str, str]] = self._checks_from_ledger()
+        # Interpreted checks this run has already spent (in earlier, interrupted invocations):
+        # the budget continues from there, so a resumed run ends where an uninterrupted one does.
+        self.checks_spent = len({e.details["check"]["key"] for e in self.ledger
+                                 if _spent_check(e.details.get("check"))})
+        self.largest_space = 0  # variants offered for the largest (bucket, dtype), for the output
         self._modules: dict[tuple[str, bool], Any] = {}
         self.existing = _existing_candidates(spec)
 
     # -- bookkeeping ----------------------------------------------------------------------
+    def _detail(self, line: str) -> None:
+        """A per-candidate line: printed under `verbose` (`-v`), else only logged."""
+        if self.verbose:
+            self.progress(line)
+        else:
+            log.debug("%s", line)
+
+    def budget_text(self) -> str:
+        """The search budget in words, as the port states it before it starts."""
+        if self.max_variants is None:
+            text = "budget: every candidate (exhaustive)"
+        else:
+            text = (f"budget: {self.max_variants} candidate{'s' if self.max_variants != 1 else ''}"
+                    " per shape and dtype")
+            if self.time_budget_s is not None:
+                text += (f", ~{self.time_budget_s:.0f} s per target (later shapes get fewer, at "
+                         f"least {DEVICE_MIN_VARIANTS}, when behind)")
+            text += "; --exhaustive for all"
+        if self.max_checks is not None:
+            text += f"; {self.max_checks} interpreted checks per run (--max-checks)"
+        return text
+
     def _checks_from_ledger(self) -> dict[str, tuple[bool, str, str]]:
         out: dict[str, tuple[bool, str, str]] = {}
         for e in self.ledger:
@@ -397,22 +507,48 @@ class _Porter:
                             max_variants=self.max_variants)
                 searches[f"{'x'.join(map(str, shape))}/{dname}"] = sr
                 units.append((shape, dtype, bucket, sr, sp))
+                self.largest_space = max(self.largest_space, len(sr.candidates) + sr.capped)
         write_candidates(searches, tdir / "candidates.json")
+        if measured_here:
+            floor = max((x.floor_ms for x in plan.shapes), default=0.0)
+            self.target_deadline_s = device_deadline_s(
+                self.deadline_s, scaled_deadline_s(floor, len(self._judge_shapes())))
+        n_cands = sum(len(sr.candidates) for *_, sr, _sp in units)
+        n_valid = sum(len(sr.candidates) + sr.capped for *_, sr, _sp in units)
+        self.progress(f"[{hw.name}] {len(units)} shape/dtype units, {n_cands} of {n_valid} valid "
+                      f"candidates ({'measured on this GPU' if measured_here else 'projected'})")
 
         tolerance = ""
         choices: list[BucketChoice] = []
-        for shape, dtype, bucket, sr, sp in units:
+        failures: list[str] = []
+        started = time.perf_counter()
+        self.judged_in_target = 0
+        for index, (shape, dtype, bucket, sr, sp) in enumerate(units, 1):
             dname = _dtype_name(dtype)
+            generated = self._within_time_budget(tuple(sr.candidates), index, len(units),
+                                                 started, measured_here)
             # The spec's own kernel competes on Triton targets, judged like generated ones.
-            cands = tuple(sr.candidates) + (tuple(self.existing) if backend.name != "metal"
-                                            else ())
+            cands = generated + (tuple(self.existing) if backend.name != "metal" else ())
+            self.already_judged = 0
             tol = self._run_bucket(hw, backend, shape, dtype, bucket, cands, sp, measured_here)
             tolerance = tolerance or tol
             choice = self._choice(hw, backend, shape, dname, bucket, cands)
             if choice is not None:
                 choices.append(choice)
+                n = choice.numbers
+                t = n.get("time_ms")
+                outcome = f"kept {_cfg(choice.config)}, {choice.tier}" + (
+                    f", {t * 1e3:.1f} us {n.get('label', '')}" if t is not None else "")
             else:
+                why = self._failure_summary(hw.name, bucket, dname)
+                failures.append(f"{bucket}/{dname}: {why}")
                 notes.append(f"{bucket}/{dname}: no candidate passed")
+                outcome = f"no kernel: {why}"
+            elapsed = time.perf_counter() - started
+            left = elapsed / index * (len(units) - index)
+            again = (f"; {self.already_judged} already judged" if self.already_judged else "")
+            self.progress(f"[{hw.name}] {index}/{len(units)} {bucket}/{dname}, {len(cands)} "
+                          f"candidates{again}: {outcome} ({elapsed:.0f} s, ~{left:.0f} s left)")
         if not tolerance:
             tolerance = self._tolerance_text(hw)
         self.ledger.write_csv(self.run_dir / "bench_results.csv")
@@ -420,7 +556,57 @@ class _Porter:
             target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
             hw_model_hash=hwmodels.model_hash(hw), tolerance=tolerance,
             choices=tuple(choices), notes=tuple(dict.fromkeys(notes)),
+            failures=tuple(failures),
         )
+
+    def _within_time_budget(self, cands: tuple[Candidate, ...], index: int, total: int,
+                            started: float, measured_here: bool) -> tuple[Candidate, ...]:
+        """`cands` cut so the target's remaining units fit its time budget (device only): at the
+        cost per candidate so far, the time left shared evenly by the units left, never below
+        DEVICE_MIN_VARIANTS. The search ordered them, so the cut drops the least promising."""
+        if (self.time_budget_s is None or not measured_here or index == 1
+                or self.judged_in_target == 0):
+            return cands
+        elapsed = time.perf_counter() - started
+        per_candidate = elapsed / self.judged_in_target
+        per_unit = max(0.0, self.time_budget_s - elapsed) / (total - index + 1)
+        cap = max(DEVICE_MIN_VARIANTS, int(per_unit / per_candidate))
+        if cap < len(cands):
+            log.info("time budget: %d of %d candidates for unit %d/%d", cap, len(cands), index,
+                     total)
+        return cands[:cap]
+
+    def _judge_shapes(self) -> list[tuple[int, ...]]:
+        """The distinct shapes the judge launches a kernel at on the device."""
+        from harness.check import odd_shapes
+        from harness.check import sweep_shapes
+
+        shapes = [tuple(self.problem.smoke_shape), *sweep_shapes(self.problem, False),
+                  *odd_shapes(self.problem, False)]
+        return list(dict.fromkeys(tuple(s) for s in shapes))
+
+    def _failure_summary(self, target: str, bucket: str, dname: str) -> str:
+        """What the candidates of one (target, bucket, dtype) with no kernel did, by kind:
+        "8 candidates, none passed: 5 misfit (registers), 3 failed sweep at bf16 (max abs err
+        3.1e-01)"."""
+        entries = [e for e in self.ledger
+                   if (e.target, e.bucket, e.dtype) == (target, bucket, dname)]
+        if not entries:
+            return "no candidate was offered (the search's space was empty after pruning)"
+        kinds: dict[str, list[str]] = {}
+        for e in entries:
+            if e.verdict == "rejected":
+                kind, detail = reject_kind(e.reason)
+            elif e.verdict == "skipped":
+                kind, detail = "not checked (check budget spent; raise --max-checks)", ""
+            else:
+                kind, detail = f"{e.verdict} ({' '.join(e.reason.split())[:60]})", ""
+            kinds.setdefault(kind, []).append(detail)
+        parts = []
+        for kind, details in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            example = next((d for d in details if d), "")
+            parts.append(f"{len(details)} {kind}" + (f" ({example})" if example else ""))
+        return f"{len(entries)} candidates, none passed: " + ", ".join(parts)
 
     def _tolerance_text(self, hw: HardwareModel) -> str:
         from harness.tolerance import tolerance
@@ -466,8 +652,9 @@ class _Porter:
             if self.ledger.done(key):
                 e = self.ledger.get(key)
                 assert e is not None
-                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
-                              f"already judged ({e.verdict}), skipped")
+                self.already_judged += 1
+                self._detail(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
+                             f"already judged ({e.verdict}), skipped")
                 continue
             ok, details, reason = self._compile(hw, backend, cand, shape, dtype)
             tier = "emitted" if backend.name == "metal" else "compiled"
@@ -475,8 +662,9 @@ class _Porter:
                 self.ledger.judge(target=hw.name, bucket=bucket, dtype=dname, config=cand.config,
                                   src_hash=src_hash, tier="emitted", passed=False,
                                   reason_failed=reason, shape=shape, details=details)
-                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
-                              f"rejected ({reason})")
+                self.judged_in_target += 1
+                self._detail(f"  [{hw.name}] {bucket}/{dname} {_cfg(cand.config)}: "
+                             f"rejected: {brief_reason(reason)}")
                 continue
             numbers = self._project(hw, shape, dtype, cand, details)
             pending.append(_Pending(cand, source, src_hash, key, numbers, details, tier))
@@ -509,10 +697,13 @@ class _Porter:
                               reason_failed=why if not passed else "",
                               note=why if passed else "",
                               numbers=p.numbers, shape=shape, details=p.details)
+        self.judged_in_target += 1
         t = p.numbers.get("time_ms")
         ttxt = f"{t * 1e3:.1f} us {p.numbers.get('label', '')}" if t is not None else "no time"
-        self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: {p.tier}, {ttxt} "
-                      f"-> {e.verdict}")
+        # a rejection says why in a few words; the ledger keeps the whole reason
+        why_txt = f": {brief_reason(e.reason)}" if e.verdict == "rejected" else ""
+        self._detail(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: {p.tier}, {ttxt} "
+                     f"-> {e.verdict}{why_txt}")
         return e
 
     # -- tiers ----------------------------------------------------------------------------
@@ -741,20 +932,25 @@ class _Porter:
         ckey = self._check_key(p)
         shared = ckey in self._checks
         if not shared:
-            if self.max_checks is not None and self.checks_run >= self.max_checks:
-                self.ledger.skip(target=hw.name, bucket=bucket, dtype=dname, config=p.cand.config,
-                                 source_hash=p.src_hash, tier=p.tier, numbers=p.numbers,
-                                 shape=shape, details=p.details,
-                                 reason=f"interpreted-check budget ({self.max_checks}) spent; "
-                                        "rerun with --run-dir to continue or on the device")
-                self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: "
-                              "skipped (check budget spent)")
+            if self.max_checks is not None and self.checks_spent >= self.max_checks:
+                before = self.ledger.get(p.key)
+                if before is None or before.verdict != "skipped":
+                    # a skip is not "done": a resumed run with a larger budget checks it
+                    self.ledger.skip(target=hw.name, bucket=bucket, dtype=dname,
+                                     config=p.cand.config, source_hash=p.src_hash, tier=p.tier,
+                                     numbers=p.numbers, shape=shape, details=p.details,
+                                     reason=f"interpreted-check budget ({self.max_checks}) spent; "
+                                            "rerun with --run-dir and a larger --max-checks to "
+                                            "check it, or on the device")
+                self._detail(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: "
+                             "skipped (check budget spent)")
                 return ""
-            self.progress(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: checking under "
-                          "the Triton interpreter (CPU)...")
+            self._detail(f"  [{hw.name}] {bucket}/{dname} {_cfg(p.cand.config)}: checking under "
+                         "the Triton interpreter (CPU)...")
             res = _interpreted_check(self.spec.path, p.source, p.cand.config, hw.name,
                                      self.run_dir)
             self.checks_run += 1
+            self.checks_spent += 1
             self._checks[ckey] = (res["passed"], res["message"], res["tolerances"])
             self._record(hw, backend.name, "interpreted", res["passed"], p.cand.config, shape,
                          dname, message=res["message"])
@@ -795,7 +991,7 @@ class _Porter:
         def make_args() -> tuple[Any, ...]:
             return tuple(self.problem.make_inputs(shape, dtype, dev, torch.Generator(dev)))
 
-        limit = device_deadline_s()
+        limit = self.target_deadline_s
 
         def hung(p: _Pending, what: str) -> Callable[[], None]:
             return lambda: self._hung(hw, backend, bucket, dname, shape, p, what, limit)
@@ -809,6 +1005,10 @@ class _Porter:
                 with deadline(limit, hung(p, f"its first run at {shape}")):
                     quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
                                   stages=["smoke"], dtypes=[dtype])
+            except ValueError as exc:
+                # harness.check's ProblemError (a ValueError): the spec's own code failed
+                raise PortError(f"{self.spec.path}: the spec's own code failed while its kernel "
+                                f"was judged on the device: {exc}") from exc
             except Exception as exc:  # noqa: BLE001 - a kernel that crashes is a verdict
                 self._judge(hw, backend, bucket, dname, shape, p, passed=False,
                             why=f"crashed at {shape}: {type(exc).__name__}: {exc}")
@@ -819,18 +1019,32 @@ class _Porter:
                             why=f"{failed.name}: {failed.message}" if failed else "failed")
                 continue
             passing.append((p, cand))
-        timed: list[tuple[float, _Pending, Any]] = []
+        # (finalist? 0 : 1, median ms): a screened-out candidate never outranks a finalist, whose
+        # full-repetition median can differ from its screen's
+        timed: list[tuple[tuple[int, float], _Pending, Any]] = []
+
+        def time_side_by_side(group: list[tuple[_Pending, Any]], reps: int) -> dict[int, Any]:
+            # Candidates timed interleaved in one comparison (same inputs, same machine drift);
+            # events with the host head start and a flushed LLC every repetition.
+            cmp = compare({str(i): (lambda *a, _c=c: _c(*a)) for i, (_, c) in enumerate(group)},
+                          make_args, hw=hw, reps=reps, warmup=3, graph=False)
+            return {id(p): cmp.timings[str(i)] for i, (p, _) in enumerate(group)}
+
         if passing:
-            # All candidates timed interleaved in one comparison (same inputs, same machine
-            # drift); events with the host head start and a flushed LLC every repetition.
-            cmp = compare({str(i): (lambda *a, _c=c: _c(*a)) for i, (_, c) in enumerate(passing)},
-                          make_args, hw=hw, reps=DEVICE_REPS, warmup=3, graph=False)
-            for i, (p, cand) in enumerate(passing):
-                t = cmp.timings[str(i)]
+            screened = len(passing) > FINALISTS
+            timings = time_side_by_side(passing, SCREEN_REPS if screened else DEVICE_REPS)
+            finalists = {id(p) for p, _ in passing}
+            if screened:
+                # the screen ranks them; the FINALISTS fastest are timed again at full reps
+                ranked = sorted(passing, key=lambda pc: timings[id(pc[0])].median_ms)
+                timings.update(time_side_by_side(ranked[:FINALISTS], DEVICE_REPS))
+                finalists = {id(p) for p, _ in ranked[:FINALISTS]}
+            for p, cand in passing:
+                t = timings[id(p)]
                 p.numbers = {**p.numbers, "projected_ms": p.numbers.get("time_ms"),
                              "time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
-                             "label": "measured"}
-                timed.append((t.median_ms, p, cand))
+                             "label": "measured", "reps": t.reps}
+                timed.append(((0 if id(p) in finalists else 1, t.median_ms), p, cand))
         timed.sort(key=lambda item: item[0])
         tol = ""
         winner: tuple[_Pending, Any] | None = None
@@ -839,9 +1053,14 @@ class _Porter:
                 break
             ckey = self._device_check_key(p, dname)
             if ckey not in self._checks:
-                with deadline(limit, hung(p, "its check at the judge's shapes")):
-                    report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,
-                                   dtypes=[dtype])
+                try:
+                    with deadline(limit, hung(p, "its check at the judge's shapes")):
+                        report = check(self.problem, cand, device="cuda", interpret=False, hw=hw,
+                                       dtypes=[dtype])
+                except ValueError as exc:
+                    # harness.check's ProblemError (a ValueError): the spec's own code failed
+                    raise PortError(f"{self.spec.path}: the spec's own code failed while its "
+                                    f"kernel was judged on the device: {exc}") from exc
                 msg = ("passed all stages on the device" if report.passed else
                        f"{report.failed.name}: {report.failed.message}" if report.failed
                        else "failed")
@@ -964,6 +1183,9 @@ def _interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_
                 "message": f"interpreted check crashed (exit {proc.returncode}): "
                            + " | ".join(tail)}
     res = json.loads(lines[-1])
+    if res.get("problem"):
+        raise PortError(f"{spec_path}: the spec's own code failed while its kernel was judged "
+                        f"under the interpreter: {' '.join(res['problem'].split())}")
     if res["passed"]:
         res["message"] = (f"passed {res['message']} under the Triton interpreter in "
                           f"{time.perf_counter() - t0:.1f}s")
@@ -995,7 +1217,14 @@ def _check_child() -> None:
     candidate = _refitting_candidate(module, gen_op, hw, config)
     refitted = candidate.refitted
 
-    report = check(spec.problem(), candidate, device="cpu", interpret=True, hw=hw)
+    try:
+        report = check(spec.problem(), candidate, device="cpu", interpret=True, hw=hw)
+    except ValueError as exc:
+        # harness.check raises ValueError (ProblemError) when the problem's own code fails, e.g.
+        # a reference that raises at a later sweep shape: no verdict on the candidate.
+        print(json.dumps({"passed": False, "message": "", "tolerances": "",
+                          "problem": f"{type(exc).__name__}: {exc}"}))
+        return
     if report.passed:
         msg = ", ".join(s.name for s in report.stages)
         if refitted:
@@ -1079,6 +1308,67 @@ def _cfg(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
 
 
+def _spent_check(check: dict[str, Any] | None) -> bool:
+    """Whether a ledger entry's check record is an interpreted check that was run (not shared)."""
+    return bool(check and check.get("key") and check.get("interpreted")
+                and not check.get("shared"))
+
+
+_STAGES = ("smoke", "sweep", "adversarial", "determinism", "odd_sizes")
+# what a misfit ran out of, by the words of backend.compile's reasons
+_RESOURCES = (("register", "registers"), ("spill", "spills"), ("shared memory", "shared memory"),
+              ("lds", "LDS"), ("thread", "threads"), ("warp", "threads"))
+
+
+def reject_kind(reason: str) -> tuple[str, str]:
+    """A rejection reason as (kind, detail): kinds group candidates in the port's summary,
+    e.g. ("misfit (registers)", ""), ("failed sweep at bf16", "max abs err 3.1e-01"),
+    ("crashed", "RuntimeError: illegal memory access")."""
+    import re
+
+    text = " ".join(reason.split())
+    low = text.lower()
+    if "taken to be hung" in low:
+        return "hung", ""
+    if "does not fit" in low or "but not at the judge's" in low:
+        what = next((name for key, name in _RESOURCES if key in low), "resources")
+        return f"misfit ({what})", ""
+    if low.startswith("compile error"):
+        return "compile error", _clip(text.split(":", 1)[-1])
+    if "could not specialize" in low or "could not be specialized" in low:
+        return "no such config", _clip(text.split(":", 1)[-1])
+    if "timed out" in low:
+        return "check timed out", ""
+    if "crashed" in low:
+        last = text.split(" | ")[-1] if " | " in text else text.split(": ", 1)[-1]
+        return "crashed", _clip(last)
+    stage = next((st for st in _STAGES if low.startswith(st + ":") or f"] {st}:" in low), None)
+    if stage is not None:
+        dtype = re.search(r"dtype (\w+)", text)
+        kind = f"failed {stage}" + (f" at {dtype.group(1)}" if dtype else "")
+        err = re.search(r"max abs err [0-9.e+-]+", text)
+        if err:
+            return kind, err.group(0)
+        if "nan/inf" in low:
+            return kind, "NaN/Inf where the reference is finite"
+        raised = re.search(r"raised (\w+)", text)
+        return kind, f"raised {raised.group(1)}" if raised else _clip(text.split(":", 1)[-1])
+    if "speed of light" in low or "roofline" in low:
+        return "faster than the roofline allows", ""
+    return _clip(text, 60), ""
+
+
+def brief_reason(reason: str) -> str:
+    """A rejection reason in a few words for a progress line (the ledger keeps it whole)."""
+    kind, detail = reject_kind(reason)
+    return f"{kind} ({detail})" if detail else kind
+
+
+def _clip(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
 def port(
     spec_path: str | os.PathLike[str],
     targets: list[str],
@@ -1091,6 +1381,11 @@ def port(
     store_path: str | os.PathLike[str] | None = None,
     progress: Progress | None = None,
     units: list[tuple[tuple[int, ...], Any]] | None = None,
+    exhaustive: bool = False,
+    time_budget_s: float | None = None,
+    deadline_s: float | None = None,
+    verbose: bool = False,
+    replace_pack: bool = False,
 ) -> PortResult:
     """Port one op to every target and write its pack.
 
@@ -1100,15 +1395,29 @@ def port(
         out_dir: packs folder; the pack goes to `<out_dir>/<op>/`. None: no pack is written.
         run_dir: the run directory; default `runs/<new id>`. An existing one is continued.
         resume: skip candidates the run's ledger already judged (False starts a new ledger).
-        max_variants: candidates per (target, bucket, dtype); default 3 on a CPU, all on a GPU.
-        max_checks: interpreted checks per run (shared ones are free); default 6 on a CPU.
+        max_variants: candidates per (target, bucket, dtype), in the search's order; default 3
+            on a CPU, DEVICE_MAX_VARIANTS (8) on the GPU. A resumed run that passes None
+            takes the value its run started with (config.json).
+        max_checks: interpreted checks per run (shared ones are free); default 6 on a CPU. The
+            checks an interrupted run already spent count (read back from its ledger).
         store_path: results store; default `runs/results.sqlite` (next to the run dirs).
         progress: called with one short line per step (the CLI prints them).
         units: (shape, torch dtype) pairs to tune instead of every spec shape x dtype (the
             benchmark suite tunes bf16 everywhere and fp16/fp32 on a few shapes).
+        exhaustive: search every valid candidate (no cap, no time budget).
+        time_budget_s: seconds per target on the device, trimming later units' candidates when
+            behind; default DEVICE_TIME_BUDGET_S when neither max_variants nor exhaustive is
+            given (never on a CPU).
+        deadline_s: seconds a candidate's device runs may take before it is taken to be hung;
+            default PORTER_DEVICE_DEADLINE_S, else scaled with the work (`scaled_deadline_s`).
+        verbose: pass one line per candidate to `progress` (else one per shape/dtype unit).
+        replace_pack: replace an existing pack of the op wholesale instead of merging into it
+            (`porter.pack.write_pack`'s `replace`; named so it does not hide dataclasses.replace).
 
     Returns:
-        A `PortResult` (its `pack_path` is set when a pack was written).
+        A `PortResult` (its `pack_path` is set when a pack was written: with the targets that
+        got a kernel; none when no target did). `PortResult.missing` lists the targets with no
+        kernel, each with `failures` saying why.
 
     Raises:
         PortError / SpecError / UnsupportedOpError (all `PorterError`): bad input, with a
@@ -1116,6 +1425,7 @@ def port(
     """
     import hwmodels
     from harness import env_info
+    from porter.pack import check_out_dir
     from porter.pack import write_pack
     from porter.spec import load_spec
 
@@ -1132,29 +1442,48 @@ def port(
         raise PortError(f"unknown target(s) {', '.join(unknown)}; known: {known}")
     if not targets:
         raise PortError("no targets given; e.g. --targets h100,mi300x")
-    device_deadline_s()  # a bad PORTER_DEVICE_DEADLINE_S fails here, not at the first GPU run
-    spec = load_spec(spec_path)
+    # a bad --deadline or PORTER_DEVICE_DEADLINE_S fails here, not at the first GPU run
+    device_deadline_s(deadline_s)
+    if out_dir is not None:
+        check_out_dir(out_dir)  # before any work, not after it
+    with _captured_warnings(None) as early:  # loading runs the spec's reference once
+        spec = load_spec(spec_path)
 
     rd = Path(run_dir) if run_dir is not None else DEFAULT_RUNS_DIR / new_run_id()
     rd.mkdir(parents=True, exist_ok=True)
     store = Path(store_path) if store_path is not None else rd.parent / "results.sqlite"
+    if resume and (rd / "config.json").is_file():
+        # a resumed run keeps the caps it started with unless told otherwise, so it ends with
+        # the pack the uninterrupted run would have written
+        try:
+            before = json.loads((rd / "config.json").read_text())
+        except ValueError:
+            before = {}
+        if max_variants is None and not exhaustive and isinstance(before.get("max_variants"), int):
+            max_variants = before["max_variants"]
+        if max_checks is None and isinstance(before.get("max_checks"), int):
+            max_checks = before["max_checks"]
     config = {"spec": str(spec_path), "targets": list(targets), "out": str(out_dir),
               "resume": resume, "max_variants": max_variants, "max_checks": max_checks,
+              "exhaustive": exhaustive, "time_budget_s": time_budget_s, "deadline_s": deadline_s,
               "store": str(store)}
     (rd / "config.json").write_text(json.dumps(config, indent=2) + "\n")
 
-    porter_ = _Porter(spec, rd, store_path=store, resume=resume, max_variants=max_variants,
-                      max_checks=max_checks, progress=say, units=units)
-    say(f"{spec.name}: family {getattr(porter_.gen_op, 'family', '?')}; "
-        f"{'measuring on ' + porter_.local if porter_.local else 'no GPU here: ' + porter_.detect_reason}")
-    results = []
-    seen = set()
-    for t in targets:
-        name = hwmodels.get(t).name
-        if name in seen:
-            continue
-        seen.add(name)
-        results.append(porter_.run_target(name))
+    with _captured_warnings(rd / "warnings.txt", early) as caught:
+        porter_ = _Porter(spec, rd, store_path=store, resume=resume, max_variants=max_variants,
+                          max_checks=max_checks, progress=say, units=units, exhaustive=exhaustive,
+                          time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose)
+        say(f"{spec.name}: family {getattr(porter_.gen_op, 'family', '?')}; "
+            f"{'measuring on ' + porter_.local if porter_.local else 'no GPU here: ' + porter_.detect_reason}")
+        say(porter_.budget_text())
+        results = []
+        seen = set()
+        for t in targets:
+            name = hwmodels.get(t).name
+            if name in seen:
+                continue
+            seen.add(name)
+            results.append(porter_.run_target(name))
     fusion = getattr(porter_.gen_op, "fusion", None)
     fusion_d = {"text": getattr(fusion, "text", str(fusion or "")),
                 "bytes_saved": getattr(fusion, "bytes_saved", None)}
@@ -1167,7 +1496,37 @@ def port(
         # is self-contained and goes through load_spec, which lifts the Model's parameters.
         reference_function="reference" if getattr(spec, "source_kind", "spec") == "spec" else None,
         checks_run=porter_.checks_run, checks_shared=porter_.checks_shared,
+        budget=porter_.budget_text(), warnings_file=rd / "warnings.txt" if caught else None,
     )
     if out_dir is not None:
-        result = replace(result, pack_path=write_pack(result, out_dir))
+        # Only the targets that got a kernel go into the pack: a target with none must not
+        # replace what a pack already holds for it with nothing. No target: no pack written.
+        packed = replace(result, targets=tuple(t for t in results if t.choices))
+        if packed.targets:
+            written = write_pack(packed, out_dir, replace=replace_pack)
+            for note in written.notes:
+                say(f"pack: {note}")
+            result = replace(result, pack_path=written.path)
     return result
+
+
+@contextlib.contextmanager
+def _captured_warnings(path: Path | None, earlier: list[str] | None = None,
+                       ) -> Iterator[list[str]]:
+    """Collect the Python warnings (torch, numpy, Triton) raised inside the block instead of
+    printing them; on exit write them and `earlier`'s, once each, to `path` (only when there
+    were any; None: keep them in the yielded list). What matters about a candidate is in its
+    verdict; these are for whoever debugs the port."""
+    import warnings
+
+    caught: list[str] = list(earlier or [])
+    with warnings.catch_warnings(record=True) as records:
+        warnings.simplefilter("default")
+        try:
+            yield caught
+        finally:
+            lines = [f"{w.filename}:{w.lineno}: {w.category.__name__}: {w.message}"
+                     for w in records]
+            caught[:] = dict.fromkeys([*caught, *lines])
+            if caught and path is not None:
+                path.write_text("\n".join(caught) + "\n")

@@ -20,16 +20,31 @@ DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
 @click.option("--run-dir", type=click.Path(file_okay=False), default=None,
               help="Run directory (default runs/<new id>); an existing one is continued.")
 @click.option("--max-variants", type=click.IntRange(min=1), default=None,
-              help="Candidates per target, bucket and dtype (default: 3 on a CPU, all on a GPU).")
+              help="Candidates per target, bucket and dtype, in the search's order (default: 3 "
+                   "on a CPU; 8 on the GPU, fewer for later shapes when past the time budget).")
+@click.option("--exhaustive", is_flag=True,
+              help="Search every valid candidate (no cap, no time budget).")
+@click.option("--time-budget-s", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Seconds per target on the GPU before later shapes get fewer candidates "
+                   "(default 120 unless --max-variants or --exhaustive is given).")
+@click.option("--deadline", "deadline_s", type=click.FloatRange(min=0, min_open=True),
+              default=None,
+              help="Seconds a candidate's GPU runs may take before it is taken to be hung "
+                   "(default: PORTER_DEVICE_DEADLINE_S, else scaled with the op's work).")
 @click.option("--max-checks", type=click.IntRange(min=0), default=None,
               help="Interpreted correctness checks per run (default: 6 on a CPU).")
 @click.option("--store", "store_path", type=click.Path(dir_okay=False), default=None,
               help="Results store (default runs/results.sqlite).")
 @click.option("--no-resume", is_flag=True, help="Start the run's ledger afresh.")
-@click.option("-v", "--verbose", is_flag=True, help="Log at INFO level.")
+@click.option("--replace", is_flag=True,
+              help="Replace an existing pack of the op wholesale (default: merge these targets "
+                   "into it, keeping the others).")
+@click.option("-v", "--verbose", is_flag=True,
+              help="One line per candidate (else one per shape and dtype); log at INFO level.")
 def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_variants: int | None,
+             exhaustive: bool, time_budget_s: float | None, deadline_s: float | None,
              max_checks: int | None, store_path: str | None, no_resume: bool,
-             verbose: bool) -> None:
+             verbose: bool, replace: bool) -> None:
     """Port SPEC (an op spec or a KernelBench file) to every target and write its kernel pack."""
     from tabulate import tabulate
 
@@ -46,7 +61,9 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
     try:
         result = port(spec, names, out_dir, run_dir=rd, resume=not no_resume,
                       max_variants=max_variants, max_checks=max_checks, store_path=store_path,
-                      progress=lambda line: click.echo(line))
+                      progress=lambda line: click.echo(line), exhaustive=exhaustive,
+                      time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
+                      replace_pack=replace)
     except PorterError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -83,5 +100,16 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
                "across targets (same kernel body + config)")
     click.echo(f"ledger: {result.run_dir / 'ledger.jsonl'}; results: "
                f"{result.run_dir / 'bench_results.csv'}")
+    if result.warnings_file is not None:
+        click.echo(f"library warnings during the port: {result.warnings_file}")
     if result.pack_path is not None:
         click.echo(f"pack: {result.pack_path}")
+    if result.missing:
+        # exit 1: the port ran, but some target got no kernel (the pack, if written, holds
+        # only the targets that did)
+        for tr in result.missing:
+            click.echo(f"no kernel for {tr.target}:", err=True)
+            for line in tr.failures:
+                click.echo(f"  {line}", err=True)
+        click.echo(f"details per candidate: {result.run_dir / 'ledger.jsonl'}", err=True)
+        sys.exit(1)

@@ -103,3 +103,35 @@ def test_corruption_before_the_last_line_is_an_error(tmp_path: Path) -> None:
     path.write_text("garbage\n" + path.read_text())
     with pytest.raises(ValueError, match="ledger.jsonl:1"):
         Ledger(path)
+
+
+def test_a_skipped_candidate_is_not_done(tmp_path: Path) -> None:
+    # skipped = not judged (e.g. the check budget was spent): a resumed run with budget left
+    # must check it, so it is not "done"; a later verdict for the same key makes it done
+    led = Ledger(tmp_path / "l.jsonl")
+    skipped = led.skip(target="h100", bucket="4096x4096", dtype="bf16", config={"num_warps": 4},
+                       source_hash=f"{4:064x}", tier="compiled", reason="check budget spent")
+    assert not led.done(skipped.key) and not Ledger(tmp_path / "l.jsonl").done(skipped.key)
+    judged = _judge(led, 4, 1.0)
+    assert judged.key == skipped.key and led.done(judged.key)
+    assert Ledger(tmp_path / "l.jsonl").done(judged.key)
+
+
+@pytest.mark.parametrize("bad", ['["a", "list"]', '{"target": "h100"}', '{"verdict": "maybe"}',
+                                 "not json"],
+                         ids=["json-list", "missing-fields", "unknown-verdict", "not-json"])
+def test_a_corrupted_line_names_the_file_and_line(tmp_path: Path, bad: str) -> None:
+    # a complete line (newline-terminated) that is not an entry is corruption, also as the last
+    # line: only a line with no newline yet can be a torn write
+    from porter.errors import PorterError
+    from porter.ledger import LedgerError
+
+    path = tmp_path / "ledger.jsonl"
+    _run(path, [1, 2])
+    good = path.read_text().splitlines()
+    for lineno, lines in ((2, [good[0], bad, *good[1:]]), (len(good) + 1, [*good, bad])):
+        path.write_text("\n".join(lines) + "\n")
+        with pytest.raises(LedgerError, match=rf"ledger.jsonl:{lineno}: not a ledger entry") as err:
+            Ledger(path)
+        assert isinstance(err.value, PorterError) and "\n" not in str(err.value)
+        assert path.read_text() == "\n".join(lines) + "\n"  # never truncated

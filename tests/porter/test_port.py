@@ -235,7 +235,8 @@ def test_watchdog_stops_a_hung_kernel_on_the_gpu_and_the_run_resumes_without_it(
     (tmp_path / "spec.py").write_text(text)
     target = hwmodels.detect().model.name
     args = ("port", str(tmp_path / "spec.py"), "--targets", target, "--out",
-            str(tmp_path / "packs"), "--run-dir", str(tmp_path / "run"), "--max-variants", "2")
+            str(tmp_path / "packs"), "--run-dir", str(tmp_path / "run"), "--max-variants", "2",
+            "-v")  # -v: the per-candidate lines ("already judged (rejected)")
     monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", "20")
     hung = _porter(*args)
     assert hung.returncode == DEVICE_HUNG_EXIT, hung.stdout[-2000:] + hung.stderr[-2000:]
@@ -316,3 +317,122 @@ def test_a_config_near_the_shared_memory_limit_is_compiled_at_the_judges_shapes(
     assert porter_._misfit_at_judge_shapes(None, backend, cand, (64, 64), torch.bfloat16,
                                            [ref_at((64, 64))]) == ""
     assert compiled == [{"n": "i32"}]  # one compile per distinct specialization
+
+
+def test_a_reference_failing_at_a_later_sweep_shape_fails_the_port_with_the_cause(
+        tmp_path: Path) -> None:
+    # The reference passes the smoke shape and raises at a sweep shape: no candidate can pass,
+    # and the port must say why and exit non-zero (it used to exit 0 with an empty pack).
+    spec = _small_spec(tmp_path)
+    spec.write_text(spec.read_text() + '''
+_reference = reference
+
+
+def reference(x, weight):
+    if x.device.type != "meta" and x.numel() > 5000:
+        raise RuntimeError("too many rows for this reference")
+    return _reference(x, weight)
+''')
+    res = _porter("port", str(spec), "--targets", "h100", "--out", str(tmp_path / "packs"),
+                  "--run-dir", str(tmp_path / "run"), "--max-variants", "1", "--max-checks", "2")
+    assert res.returncode in (1, 2), res.stdout[-3000:] + res.stderr[-3000:]
+    assert "too many rows for this reference" in res.stderr
+    assert "Traceback" not in res.stdout + res.stderr
+    assert not (tmp_path / "packs" / "rmsnorm").exists()
+
+
+def test_device_deadline_precedence_and_scaling(monkeypatch) -> None:
+    from porter.port import DEADLINE_MAX_S
+    from porter.port import PortError
+    from porter.port import device_deadline_s
+    from porter.port import scaled_deadline_s
+
+    monkeypatch.setenv("PORTER_DEVICE_DEADLINE_S", "40")
+    assert device_deadline_s(7.5, default=300.0) == 7.5  # --deadline wins over the variable
+    assert device_deadline_s(None, default=300.0) == 40.0  # the variable over the default
+    monkeypatch.delenv("PORTER_DEVICE_DEADLINE_S")
+    assert device_deadline_s(None, default=123.0) == 123.0
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(PortError, match="--deadline"):
+            device_deadline_s(bad)
+    # the default grows with the work (shapes to compile, the largest shape's floor), capped
+    small, more_shapes = scaled_deadline_s(0.01, 5), scaled_deadline_s(0.01, 12)
+    big = scaled_deadline_s(5.0, 5)
+    assert small < more_shapes and small < big <= DEADLINE_MAX_S
+    assert scaled_deadline_s(1e6, 5) == DEADLINE_MAX_S
+
+
+def test_port_cli_refuses_a_bad_deadline(tmp_path: Path) -> None:
+    from porter.commands.port import port_cmd
+
+    spec = _small_spec(tmp_path)
+    res = CliRunner().invoke(port_cmd, [str(spec), "--targets", "h100", "--deadline", "0",
+                                        "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "--deadline" in res.output
+
+
+def test_search_budget_defaults() -> None:
+    # the CPU tier's defaults stay (the CPU picks must not change); the GPU gets a cap and a
+    # time budget; a stated cap is never cut by time; --exhaustive lifts both
+    from porter.port import CPU_MAX_CHECKS
+    from porter.port import CPU_MAX_VARIANTS
+    from porter.port import DEVICE_MAX_VARIANTS
+    from porter.port import DEVICE_TIME_BUDGET_S
+    from porter.port import resolve_budget
+
+    def budget(on_gpu: bool, **kw):
+        args = {"max_variants": None, "max_checks": None, "exhaustive": False,
+                "time_budget_s": None, **kw}
+        return resolve_budget(on_gpu=on_gpu, **args)
+
+    assert budget(False) == (CPU_MAX_VARIANTS, CPU_MAX_CHECKS, None) == (3, 6, None)
+    assert budget(True) == (DEVICE_MAX_VARIANTS, None, DEVICE_TIME_BUDGET_S)
+    assert budget(True, max_variants=12) == (12, None, None)
+    assert budget(True, max_variants=12, time_budget_s=30.0) == (12, None, 30.0)
+    assert budget(True, exhaustive=True) == (None, None, None)
+    assert budget(False, exhaustive=True) == (None, CPU_MAX_CHECKS, None)
+
+
+def test_time_budget_trims_later_units_to_what_is_left() -> None:
+    import time
+
+    from porter import port as port_mod
+    from porter.search import Candidate
+
+    porter_ = port_mod._Porter.__new__(port_mod._Porter)
+    cands = tuple(Candidate({"num_warps": w}) for w in (1, 2, 4, 8, 16, 32, 64, 128))
+    porter_.time_budget_s = 120.0
+    porter_.judged_in_target = 20  # 20 candidates in 40 s: 2 s each
+    started = time.perf_counter() - 40.0
+    # 80 s left for 4 units: 20 s each, all 8 candidates fit
+    assert porter_._within_time_budget(cands, 7, 10, started, True) == cands
+    # 80 s left for 20 units: 4 s each, two candidates (the search's first two)
+    assert porter_._within_time_budget(cands, 6, 25, started, True) == cands[:2]
+    # past the budget: never below DEVICE_MIN_VARIANTS
+    late = time.perf_counter() - 500.0
+    assert len(porter_._within_time_budget(cands, 6, 10, late, True)) == port_mod.DEVICE_MIN_VARIANTS
+    # no time budget, the first unit, or projected (not measured) targets: untouched
+    assert porter_._within_time_budget(cands, 6, 25, started, False) == cands
+    assert porter_._within_time_budget(cands, 1, 25, started, True) == cands
+    porter_.time_budget_s = None
+    assert porter_._within_time_budget(cands, 6, 25, started, True) == cands
+
+
+@pytest.mark.parametrize("reason, brief", [
+    ("_rmsnorm_kernel does not fit: registers 300 > 255 per thread", "misfit (registers)"),
+    (("k fits at (64, 64) but not at the judge's (7, 33): shared memory 262176 B > "
+      "232448 B"), "misfit (shared memory)"),
+    (("sweep: output 0: 5 of 10 elements out of tolerance; max abs err 3.000e-01, max rel err "
+      "1; tolerance x (input 'random', shape (64, 128), dtype bf16, seed 0x1)"),
+     "failed sweep at bf16 (max abs err 3.000e-01)"),
+    (("odd_sizes: output 0: 3 of 9 elements are NaN/Inf where the reference is finite (input "
+      "'random', shape (1023, 7), dtype fp16, seed 0x2)"),
+     "failed odd_sizes at fp16 (NaN/Inf where the reference is finite)"),
+    ("interpreted check crashed (exit -11): a | b | Segmentation fault", "crashed (Segmentation fault)"),
+    (("its first run at (4096, 4096) did not finish in 300 s: taken to be hung (a CUDA kernel "
+      "cannot be stopped from the host)"), "hung"),
+], ids=["registers", "smem-at-judge-shape", "sweep", "nan", "crash", "hung"])
+def test_rejections_are_told_in_a_few_words(reason: str, brief: str) -> None:
+    from porter.port import brief_reason
+
+    assert brief_reason(reason) == brief
