@@ -4,7 +4,9 @@
 trial follows the same rules:
 
 - fresh inputs from `problem.make_inputs`, with a generator seeded from `os.urandom` (the seed is
-  in every failure message, so a failure can be replayed);
+  in every failure message, so a failure can be replayed); every floating-point input must have
+  the dtype asked for (integer and bool inputs, e.g. class targets, are exempt): a spec that
+  always returns float32 would otherwise pass as "fp16/bf16 checked" without either being run;
 - the reference runs on upcast copies of those same inputs, in float64 on CPU and float32 on a
   GPU (float64 there is slow on most parts and float32 already has ~2^-24 error, far below the
   tolerances of the low-precision dtypes);
@@ -20,6 +22,9 @@ input tensors with new contents must give new results).
 
 On CPU the Triton interpreter runs the kernels; sweep shapes are shrunk there (same rank, same
 power-of-two-ness) so a stage takes seconds, and the shapes actually used are in the report.
+
+The problem's own code (make_inputs, reference, adversarial) failing is not a verdict on the
+candidate: the check raises `ProblemError` naming the stage, shape, dtype and seed instead.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ import torch
 
 from harness import guards
 from harness.problem import Problem
+from harness.problem import ProblemError
 from harness.problem import Shape
 from harness.tolerance import Tolerance
 from harness.tolerance import tolerance
@@ -67,6 +73,11 @@ INTERPRET_SWEEP_BUDGET = 1 << 14
 INTERPRET_ODD_BUDGET = 1 << 16
 DETERMINISM_RUNS = 3
 CPU_COMPLETION_WAIT_S = 0.05
+# Trials the adversarial stage runs per dtype, for `planned_trials` (generic_adversarial has 5
+# or 6 cases; a problem's own maker may have more or fewer).
+ADVERSARIAL_CASES_ESTIMATE = 6
+# (stage, shape, dtype) at the start of each trial; see `check(progress=...)`.
+Progress = Callable[[str, Shape, torch.dtype], None]
 
 
 @dataclass(frozen=True)
@@ -151,6 +162,12 @@ class _Ctx:
     native_floor_used: list[str] = field(default_factory=list)
     max_abs: float = 0.0
     max_rel: float = 0.0
+    progress: Progress | None = None
+    # Where the check is now, for `progress` and for ProblemError's message.
+    stage: str | None = None
+    shape: Shape | None = None
+    dtype: torch.dtype | None = None
+    seed: int | None = None
 
 
 # --------------------------------------------------------------------------------------
@@ -167,6 +184,7 @@ def check(
     stages: Sequence[str] | None = None,
     dtypes: Sequence[torch.dtype] | None = None,
     store: Any | None = None,
+    progress: Progress | None = None,
 ) -> CheckReport:
     """Judge `candidate` against `problem.reference` in up to five stages.
 
@@ -181,12 +199,17 @@ def check(
         stages: a subset of STAGES to run, in the canonical order. None: all five.
         dtypes: the dtypes to check; None: `problem.dtypes`.
         store: optional results store (`harness.store.ResultsStore`); the outcome is recorded.
+        progress: called as `progress(stage, shape, dtype)` whenever a trial starts on a new
+            (stage, shape, dtype), before its inputs are made; e.g. so that a parent process
+            can say where a candidate that crashed its process was.
 
     Returns:
         A `CheckReport`; `report.passed` is True only if every requested stage passed.
 
     Raises:
-        ValueError: unknown stage names, or a problem whose inputs are all zeros.
+        ProblemError: the problem's own code failed (make_inputs or the reference raised, the
+            inputs are all zeros or a floating input has another dtype than the one asked).
+        ValueError: unknown stage names, or no dtypes to check.
     """
     dev = torch.device(device)
     interpreted = dev.type == "cpu" if interpret is None else interpret
@@ -207,6 +230,7 @@ def check(
         hw=hw,
         uses_matrix_units=bool(problem.extra.get("uses_matrix_units", False)),
         ref_dtype_default=torch.float64 if dev.type == "cpu" else torch.float32,
+        progress=progress,
     )
     runners = {
         "smoke": _stage_smoke,
@@ -222,6 +246,7 @@ def check(
         os.environ["TRITON_INTERPRET"] = "1"
     try:
         for name in wanted:
+            ctx.stage, ctx.shape, ctx.dtype, ctx.seed = name, None, None, None
             t0 = time.perf_counter()
             result = runners[name](ctx, dts)
             result = _with_seconds(result, time.perf_counter() - t0)
@@ -293,12 +318,17 @@ def _stage_adversarial(ctx: _Ctx, dtypes: tuple[torch.dtype, ...]) -> StageResul
     skipped: list[str] = []
     for dtype in dtypes:
         seed = _new_seed()
+        _at(ctx, shape, dtype, seed)
         gen = _generator(ctx.device, seed)
         if ctx.problem.adversarial is not None:
-            cases = ctx.problem.adversarial(shape, dtype, ctx.device, gen)
+            cases = _call_problem(ctx, "adversarial", ctx.problem.adversarial,
+                                  shape, dtype, ctx.device, gen)
         else:
-            cases = generic_adversarial(ctx.problem, shape, dtype, ctx.device, gen)
+            # generic_adversarial starts from make_inputs: its failure is the problem's too
+            cases = _call_problem(ctx, "make_inputs (for the adversarial cases)",
+                                  generic_adversarial, ctx.problem, shape, dtype, ctx.device, gen)
         for label, inputs in cases:
+            _check_input_dtypes(ctx, inputs, dtype, f"adversarial case {label!r}")
             ref = _reference(ctx, inputs, dtype)
             if not _representable(ref[0], dtype):
                 # e.g. squares of near-max fp16 values: no fp16 output could hold the answer.
@@ -444,6 +474,25 @@ def odd_shapes(problem: Problem, interpreted: bool) -> tuple[Shape, ...]:
     if interpreted:
         shapes = [shrink_shape(s, INTERPRET_ODD_BUDGET, keep_last=True) for s in shapes]
     return _dedup(shapes)
+
+
+def planned_trials(problem: Problem, interpreted: bool, stages: Sequence[str] | None = None,
+                   dtypes: Sequence[torch.dtype] | None = None) -> int:
+    """How many trials `check` runs when every stage passes (an estimate for adversarial).
+
+    For time limits that scale with the work: a caller running the check in a child process
+    gives it a base time plus an allowance per trial.
+    """
+    wanted = STAGES if stages is None else tuple(s for s in STAGES if s in set(stages))
+    n_dtypes = len(dtypes if dtypes is not None else problem.dtypes)
+    per_stage = {
+        "smoke": 2,  # the trial and the stale-output guard's second call
+        "sweep": len(sweep_shapes(problem, interpreted)) * n_dtypes,
+        "adversarial": ADVERSARIAL_CASES_ESTIMATE * n_dtypes,
+        "determinism": DETERMINISM_RUNS * n_dtypes,
+        "odd_sizes": len(odd_shapes(problem, interpreted)),
+    }
+    return sum(per_stage[s] for s in wanted)
 
 
 def generic_adversarial(
@@ -656,7 +705,8 @@ class _Sensitivity:
                     moved.append(t)
             base, _ = _reference(self.ctx, self.inputs, self.dtype)
             with torch.no_grad():
-                res = self.ctx.problem.reference(*moved)
+                res = _call_problem(self.ctx, "reference (on 1-ulp perturbed inputs)",
+                                    self.ctx.problem.reference, *moved)
             res = [res] if isinstance(res, torch.Tensor) else list(res)
             self._outs = [(m.to(b.dtype) - b).abs() for m, b in zip(res, base, strict=True)]
         out = self._outs[index] if index < len(self._outs) else None
@@ -765,12 +815,11 @@ def _reference(
         for t in inputs
     )
     with torch.no_grad():
-        result = ctx.problem.reference(*copies)
+        result = _call_problem(ctx, "reference", ctx.problem.reference, *copies)
     outs = [result] if isinstance(result, torch.Tensor) else list(result)
     if not all(isinstance(r, torch.Tensor) for r in outs):
-        raise ValueError(
-            f"problem {ctx.problem.name}: reference must return a tensor or a tuple of tensors"
-        )
+        raise _problem_error(ctx, "reference must return a tensor or a tuple of tensors, "
+                                  f"it returned {type(result).__name__}")
     return outs, isinstance(result, torch.Tensor)
 
 
@@ -809,16 +858,61 @@ def _representable(ref_outs: list[torch.Tensor], dtype: torch.dtype) -> bool:
 
 def _fresh_inputs(ctx: _Ctx, shape: Shape, dtype: torch.dtype) -> tuple[tuple[Any, ...], int]:
     seed = _new_seed()
-    inputs = tuple(ctx.problem.make_inputs(shape, dtype, ctx.device, _generator(ctx.device, seed)))
+    _at(ctx, shape, dtype, seed)
+    inputs = tuple(_call_problem(ctx, "make_inputs", ctx.problem.make_inputs,
+                                 shape, dtype, ctx.device, _generator(ctx.device, seed)))
+    _check_input_dtypes(ctx, inputs, dtype, "make_inputs")
     floats = [
         t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point() and t.numel()
     ]
     if floats and all(not bool(t.any()) for t in floats):
-        raise ValueError(
-            f"problem {ctx.problem.name}: make_inputs{shape} {_dn(dtype)} returned all-zero "
-            "tensors; zeros hide unwritten outputs and wrong scaling, draw random values"
-        )
+        raise _problem_error(
+            ctx, "make_inputs returned all-zero tensors; zeros hide unwritten outputs and "
+                 "wrong scaling, draw random values")
     return inputs, seed
+
+
+def _check_input_dtypes(ctx: _Ctx, inputs: tuple[Any, ...], dtype: torch.dtype, what: str) -> None:
+    """Every floating-point input has the dtype under test; raise ProblemError otherwise.
+
+    Integer and bool inputs (class targets, indices, masks) are exempt: their dtype is part of
+    the op. A float input in another dtype would make the candidate run on, say, float32 while
+    the verdict says bfloat16 was checked.
+    """
+    if not dtype.is_floating_point:
+        return
+    for i, t in enumerate(inputs):
+        if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype:
+            raise _problem_error(
+                ctx, f"{what} returned input {i} as {_dn(t.dtype)} when {_dn(dtype)} was asked "
+                     "for (cast floating-point inputs to the requested dtype; integer and bool "
+                     "inputs may keep their own)")
+
+
+def _at(ctx: _Ctx, shape: Shape, dtype: torch.dtype, seed: int) -> None:
+    """Record the trial about to start; tell `ctx.progress` when its shape or dtype is new."""
+    new = (tuple(shape), dtype) != (ctx.shape, ctx.dtype)
+    ctx.shape, ctx.dtype, ctx.seed = tuple(shape), dtype, seed
+    if new and ctx.progress is not None and ctx.stage is not None:
+        ctx.progress(ctx.stage, ctx.shape, dtype)
+
+
+def _problem_error(ctx: _Ctx, detail: str) -> ProblemError:
+    return ProblemError(ctx.problem.name, detail, stage=ctx.stage, shape=ctx.shape,
+                        dtype=_dn(ctx.dtype) if ctx.dtype is not None else None, seed=ctx.seed)
+
+
+def _call_problem(ctx: _Ctx, what: str, fn: Callable[..., Any], *args: Any) -> Any:
+    """Call the problem's own code (make_inputs, reference, adversarial): an exception there
+    means the spec is wrong, not the candidate, so it becomes a ProblemError naming the trial."""
+    try:
+        return fn(*args)
+    except ProblemError:
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever the spec's code raises, the spec is at fault
+        lines = str(e).strip().splitlines()
+        first = lines[0][:300] if lines else ""
+        raise _problem_error(ctx, f"{what} raised {type(e).__name__}: {first}") from e
 
 
 def _new_seed() -> int:

@@ -45,3 +45,40 @@ class Problem:
     nondeterminism_tolerance: float = 0.0
     nondeterminism_reason: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+class ProblemError(ValueError):
+    """The problem is wrong, not the candidate: its own code raised or gave unusable inputs.
+
+    Raised by the judge (never returned as a verdict) when `make_inputs`, `reference` or
+    `adversarial` raises, when the reference returns something other than tensors, or when
+    `make_inputs` returns all-zero inputs or a floating-point input whose dtype is not the one
+    asked for. The candidate was not judged on that trial; a caller should report a bad spec
+    (the porter's CLI: one line, exit 2), not a failed kernel.
+
+    Attributes:
+        problem: the problem's name, e.g. "rmsnorm".
+        detail: what went wrong, e.g. "reference raised RuntimeError: too many rows".
+        stage: the stage that was running ("sweep"), or None outside a stage.
+        shape: the trial's shape, e.g. (64, 4096), or None.
+        dtype: the trial's dtype name ("float16"), or None.
+        seed: the trial's input seed (replays it), or None.
+    """
+
+    def __init__(self, problem: str, detail: str, *, stage: str | None = None,
+                 shape: Shape | None = None, dtype: str | None = None,
+                 seed: int | None = None) -> None:
+        self.problem = problem
+        self.detail = detail
+        self.stage = stage
+        self.shape = shape
+        self.dtype = dtype
+        self.seed = seed
+        where = [f"stage {stage}" if stage else "",
+                 f"shape {tuple(shape)}" if shape is not None else "",
+                 f"dtype {dtype}" if dtype else "",
+                 f"seed {seed:#x}" if seed is not None else ""]
+        context = ", ".join(w for w in where if w)
+        super().__init__(
+            f"problem {problem}: {detail}" + (f" ({context})" if context else "")
+            + "; the problem's own code is at fault, not the candidate")

@@ -17,9 +17,11 @@ import harness
 from harness.check import STAGES
 from harness.check import generic_adversarial
 from harness.check import odd_shapes
+from harness.check import planned_trials
 from harness.check import shrink_shape
 from harness.check import sweep_shapes
 from harness.problem import Problem
+from harness.problem import ProblemError
 from harness.selftest import load_kernels
 from harness.selftest.problem import softmax_problem
 
@@ -213,6 +215,101 @@ def test_all_zero_inputs_are_refused(small: Problem) -> None:
     zeros = dataclasses.replace(small, make_inputs=lambda s, d, dev, g: (torch.zeros(s, dtype=d),))
     with pytest.raises(ValueError, match="all-zero"):
         harness.check(zeros, _torch_softmax, stages=["odd_sizes"])
+
+
+# -- the problem's own faults: a ProblemError naming the trial, never a verdict on the candidate --
+
+
+def test_reference_failing_at_a_later_sweep_shape_is_a_problem_error(kernels: Any,
+                                                                      small: Problem) -> None:
+    # Smoke (8, 64) and the first sweep shape (4, 64) pass; the reference raises at (2, 256).
+    def narrow_only(x: torch.Tensor) -> torch.Tensor:
+        if x.shape[-1] > 64:
+            raise RuntimeError("rows wider than 64 are not supported")
+        return torch.softmax(x, -1)
+
+    problem = dataclasses.replace(small, reference=narrow_only)
+    with pytest.raises(ProblemError) as info:
+        harness.check(problem, kernels.softmax_good, stages=["smoke", "sweep"],
+                      dtypes=[torch.float32])
+    err = info.value
+    assert (err.stage, err.shape, err.dtype) == ("sweep", (2, 256), "float32")
+    assert "reference raised RuntimeError: rows wider than 64 are not supported" in str(err)
+    assert "stage sweep, shape (2, 256), dtype float32, seed 0x" in str(err)
+    assert isinstance(err.__cause__, RuntimeError)
+
+
+def test_make_inputs_failing_at_one_shape_is_a_problem_error(small: Problem) -> None:
+    def make_inputs(shape: Any, dtype: torch.dtype, device: Any, gen: Any) -> tuple[Any, ...]:
+        if shape[-1] == 7:
+            raise IndexError("no layout for 7 columns")
+        return small.make_inputs(shape, dtype, device, gen)
+
+    problem = dataclasses.replace(small, make_inputs=make_inputs)
+    with pytest.raises(ProblemError, match=r"make_inputs raised IndexError: no layout for 7 "
+                                           r"columns \(stage odd_sizes, shape \(8, 7\)"):
+        harness.check(problem, _torch_softmax, stages=["odd_sizes"], dtypes=[torch.float32])
+
+
+def test_inputs_in_another_float_dtype_than_requested_are_refused(small: Problem) -> None:
+    # A make_inputs that ignores the dtype: the "fp16" check would run fp32 inputs.
+    def always_fp32(shape: Any, dtype: torch.dtype, device: Any, gen: Any) -> tuple[Any, ...]:
+        return (torch.randn(shape, generator=gen, device=device),)
+
+    problem = dataclasses.replace(small, make_inputs=always_fp32)
+    with pytest.raises(ProblemError) as info:
+        harness.check(problem, _torch_softmax, stages=["odd_sizes"], dtypes=[torch.float16])
+    assert "make_inputs returned input 0 as float32 when float16 was asked for" in str(info.value)
+    assert info.value.stage == "odd_sizes" and info.value.dtype == "float16"
+
+
+def test_adversarial_inputs_in_another_float_dtype_are_refused(small: Problem) -> None:
+    def adversarial(shape: Any, dtype: torch.dtype, device: Any, gen: Any) -> list[Any]:
+        return [("huge", (torch.full(shape, 1e4, dtype=torch.float64, device=device),))]
+
+    problem = dataclasses.replace(small, adversarial=adversarial)
+    with pytest.raises(ProblemError, match="adversarial case 'huge' returned input 0 as float64 "
+                                           "when bfloat16 was asked for"):
+        harness.check(problem, _torch_softmax, stages=["adversarial"], dtypes=[torch.bfloat16])
+
+
+def test_integer_inputs_keep_their_dtype() -> None:
+    # Cross-entropy's class targets are int64 whatever the logits' dtype: exempt from the rule.
+    def make_inputs(shape: Any, dtype: torch.dtype, device: Any, gen: Any) -> tuple[Any, ...]:
+        logits = torch.randn(shape, generator=gen, device=device).to(dtype)
+        target = torch.randint(0, shape[-1], shape[:-1], generator=gen, device=device)
+        return (logits, target)
+
+    def pick(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+        return logits.gather(-1, target[:, None])[:, 0]
+
+    problem = Problem(name="pick", reference=pick, make_inputs=make_inputs, smoke_shape=(4, 16),
+                      sweep_shapes=((4, 16),), dtypes=(torch.float16,))
+    report = harness.check(problem, lambda x, t, *, out: out.copy_(pick(x.double(), t)),
+                           stages=["odd_sizes"])
+    assert report.passed, report.summary()
+
+
+def test_reference_returning_no_tensor_is_a_problem_error(small: Problem) -> None:
+    problem = dataclasses.replace(small, reference=lambda x: "softmax")
+    with pytest.raises(ProblemError, match="reference must return a tensor.*it returned str"):
+        harness.check(problem, _torch_softmax, stages=["odd_sizes"], dtypes=[torch.float32])
+
+
+def test_progress_names_each_new_trial_and_planned_trials_counts_them(kernels: Any,
+                                                                      small: Problem) -> None:
+    seen: list[tuple[str, tuple[int, ...], torch.dtype]] = []
+    report = harness.check(small, kernels.softmax_good, stages=["smoke", "sweep"],
+                           dtypes=[torch.float32, torch.float16],
+                           progress=lambda stage, shape, dtype: seen.append((stage, shape, dtype)))
+    assert report.passed, report.summary()
+    assert seen == [("smoke", (8, 64), torch.float32),
+                    ("sweep", (4, 64), torch.float32), ("sweep", (2, 256), torch.float32),
+                    ("sweep", (4, 64), torch.float16), ("sweep", (2, 256), torch.float16)]
+    two = [torch.float32, torch.float16]
+    # smoke: the trial and the stale-output guard's call; sweep: 2 shapes x 2 dtypes
+    assert planned_trials(small, True, stages=["smoke", "sweep"], dtypes=two) == 2 + 4
+    assert planned_trials(small, True, dtypes=two) == 2 + 4 + 6 * 2 + 3 * 2 + 6
 
 
 def test_unknown_stage_is_named(small: Problem) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,160 @@ def test_bench_on_cpu_explains_and_projects() -> None:
 def test_bench_bad_shape_exits_2() -> None:
     result = CliRunner().invoke(main, ["bench", str(ROOT / "examples/rmsnorm"), "--shape", "4096xabc"])
     assert result.exit_code == 2 and "4096xabc" in result.output
+
+
+# -- bad candidates and bad specs: a verdict or one clear line, never a dead or hung command ----
+
+_KERNEL = '''
+import ctypes
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _copy_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask), mask=mask)
+
+
+def copy(x, out=None):
+    _copy_kernel[(triton.cdiv(x.numel(), 256),)](x, out, x.numel(), BLOCK=256)
+    return out
+
+
+def segfault(x, out=None):
+    return ctypes.string_at(0)  # reads address 0: SIGSEGV in C, as a bad pointer would
+
+
+def spin(x, out=None):
+    while True:
+        pass
+'''
+
+_SPEC = '''
+import torch
+
+NAME = "copy"
+SHAPES = [(4, 64), (64, 64)]
+INTERPRET_SHAPES = SHAPES
+DTYPES = [torch.float32]
+TRITON_KERNEL = "kernel.py::_copy_kernel"
+TRITON_LAUNCHER = "kernel.py::{launcher}"
+
+
+def reference(x):
+    if x.shape[0] > {max_rows}:
+        raise RuntimeError("too many rows")
+    return x.clone()
+
+
+def make_inputs(shape, dtype, device, generator):
+    x = torch.randn(*shape, generator=generator, device=device)
+    return (x if {ignore_dtype} else x.to(dtype),)
+'''
+
+
+def _line_of(code: str) -> int:
+    """The line number of `code` in kernel.py, as a stack trace shows it."""
+    return next(i for i, ln in enumerate(_KERNEL.splitlines(), 1) if ln.strip().startswith(code))
+
+
+def _copy_spec(folder: Path, launcher: str = "copy", max_rows: int = 10**9,
+               ignore_dtype: bool = False) -> Path:
+    """A one-input copy op whose launcher, reference and make_inputs can be made bad."""
+    (folder / "kernel.py").write_text(_KERNEL)
+    spec = folder / "spec.py"
+    spec.write_text(_SPEC.format(launcher=launcher, max_rows=max_rows, ignore_dtype=ignore_dtype))
+    return spec
+
+
+def test_a_segfaulting_candidate_gets_a_verdict_naming_the_signal(tmp_path: Path) -> None:
+    # A subprocess, not CliRunner: before isolation the segfault would have ended pytest itself.
+    spec = _copy_spec(tmp_path, launcher="segfault")
+    result = _porter("check", str(spec), "--kernel", "existing")
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    # the frame is the launcher's own line, not ctypes' inside it
+    line = _line_of("return ctypes.string_at(0)")
+    assert ("result    FAIL (crashed: SIGSEGV in the child running stage smoke, shape 4x64, fp32, "
+            f"at kernel.py:{line} in segfault)") in result.stdout, out
+    assert "Traceback" not in out
+
+
+def test_a_looping_candidate_times_out_with_a_verdict(tmp_path: Path) -> None:
+    spec = _copy_spec(tmp_path, launcher="spin")
+    # --timeout wins over the variable; without isolation this never returned (timeout=60 here).
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PORTER_CHECK_TIMEOUT_S"] = "600"
+    result = subprocess.run([sys.executable, "-m", "porter.cli", "check", str(spec), "--kernel",
+                             "existing", "--timeout", "8"], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=60, check=False)
+    out = result.stdout + result.stderr
+    assert result.returncode == 1, out
+    # the loop's `while` or its `pass`, whichever line it was on when the stack was taken
+    lines = f"({_line_of('while True:')}|{_line_of('pass')})"
+    assert re.search(r"result    FAIL \(timed out after 8 s in the child running stage smoke, "
+                     rf"shape 4x64, fp32, at kernel.py:{lines} in spin; --timeout SECONDS or "
+                     r"PORTER_CHECK_TIMEOUT_S sets the limit\)", result.stdout), out
+
+
+def test_timeout_precedence_and_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    from porter.commands.check import CHECK_BASE_S
+    from porter.commands.check import default_timeout_s
+    from porter.commands.check import resolve_timeout
+
+    monkeypatch.delenv("PORTER_CHECK_TIMEOUT_S", raising=False)
+    assert resolve_timeout(None) is None  # the default, which scales with the work
+    more, less = default_timeout_s(20, interpreted=True), default_timeout_s(10, interpreted=True)
+    assert more > less > CHECK_BASE_S
+    monkeypatch.setenv("PORTER_CHECK_TIMEOUT_S", "45")
+    assert resolve_timeout(None) == 45.0
+    assert resolve_timeout(7.5) == 7.5  # the flag wins
+
+
+def test_bad_timeout_variable_is_one_line_naming_it(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PORTER_CHECK_TIMEOUT_S", "soon")
+    result = CliRunner().invoke(main, ["check", str(_copy_spec(tmp_path))])
+    assert result.exit_code == 2
+    assert "PORTER_CHECK_TIMEOUT_S='soon'" in result.output and "Traceback" not in result.output
+    result = CliRunner().invoke(main, ["check", str(_copy_spec(tmp_path)), "--timeout", "0"])
+    assert result.exit_code == 2 and "--timeout" in result.output
+
+
+def test_timeout_is_documented_in_help() -> None:
+    result = CliRunner().invoke(main, ["check", "--help"])
+    assert result.exit_code == 0
+    text = " ".join(result.output.split())
+    assert "--timeout SECONDS" in text and "PORTER_CHECK_TIMEOUT_S" in text and "per trial" in text
+
+
+def test_unknown_target_is_one_line_listing_the_devices(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["check", str(_copy_spec(tmp_path)), "--target", "h101"])
+    assert result.exit_code == 2, result.output
+    assert "unknown device 'h101'; known devices: a100" in result.output
+    assert "Traceback" not in result.output and result.output.strip().count("\n") == 0
+
+
+def test_reference_failing_at_a_later_sweep_shape_is_one_line_exit_2(tmp_path: Path) -> None:
+    # Smoke (4, 64) passes; the reference raises at the sweep's (64, 64): the spec is wrong.
+    spec = _copy_spec(tmp_path, max_rows=8)
+    result = CliRunner().invoke(main, ["check", str(spec), "--kernel", "existing"])
+    assert result.exit_code == 2, result.output
+    errors = [ln for ln in result.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1, result.output
+    for part in ("reference raised RuntimeError: too many rows", "stage sweep",
+                 "shape (64, 64)", "dtype float32"):
+        assert part in errors[0], errors[0]
+    assert "Traceback" not in result.output
+
+
+def test_inputs_ignoring_the_requested_dtype_are_refused(tmp_path: Path) -> None:
+    # make_inputs always returns float32: "fp16 checked" would be a lie.
+    spec = _copy_spec(tmp_path, ignore_dtype=True)
+    result = CliRunner().invoke(main, ["check", str(spec), "--kernel", "existing",
+                                       "--dtype", "fp16"])
+    assert result.exit_code == 2, result.output
+    assert "make_inputs returned input 0 as float32 when float16 was asked for" in result.output
+    assert "Traceback" not in result.output
