@@ -51,10 +51,11 @@ def _catches_import_error(handler: ast.ExceptHandler) -> bool:
 
 
 def third_party_imports(paths: list[Path]) -> dict[str, bool]:
-    """Top-level module -> whether every import of it is guarded by `except ImportError`.
+    """Top-level module -> whether some import of it is guarded by `except ImportError`.
 
-    A guarded import is optional (the code works without it, e.g. amdsmi on an NVIDIA machine);
-    an unguarded one must be installed for the code that holds it to run.
+    A module the code probes for (a guarded import somewhere, e.g. amdsmi on an NVIDIA machine,
+    or a `chart_available()` check before a function that imports matplotlib) is optional and
+    may come from an extra; a module never probed for must be installed for the code to run.
     """
     found: dict[str, bool] = {}
 
@@ -75,7 +76,7 @@ def third_party_imports(paths: list[Path]) -> dict[str, bool]:
             top = name.split(".")[0]
             if top in sys.stdlib_module_names or top in FIRST_PARTY or top == "__future__":
                 continue
-            found[top] = found.get(top, True) and guarded
+            found[top] = found.get(top, False) or guarded
         for child in ast.iter_child_nodes(node):
             visit(child, guarded)
 
@@ -141,14 +142,17 @@ def test_runtime_imports_are_declared_and_declarations_used(tmp_path: Path) -> N
     assert any(p.startswith("module 'numpy'") for p in found), found
     found = problems(imports, required | {"anthropic"}, optional)
     assert any(p.startswith("anthropic is declared") for p in found), found
-    # Only an import under `except ImportError` is optional; function-level ones count.
+    # Only a module probed for under `except ImportError` is optional; function-level imports
+    # count as much as top-level ones.
     probe = tmp_path / "probe.py"
     probe.write_text(
         "try:\n    import amdsmi\nexcept (ImportError, OSError):\n    amdsmi = None\n"
-        "def f():\n    import yaml.constructor\n"
+        "def f():\n    import amdsmi.x\n    import yaml.constructor\n"
         "try:\n    import numpy\nexcept ValueError:\n    pass\n"
     )
     assert third_party_imports([probe]) == {"amdsmi": True, "yaml": False, "numpy": False}
+    assert problems({"amdsmi": True}, set(), {"amdsmi"}) == []
+    assert problems({"amdsmi": False}, set(), {"amdsmi"}) != []
 
 
 def test_test_packages_are_an_extra_only() -> None:
