@@ -310,6 +310,7 @@ def expected_error(directions: dict[str, dict[str, dict[str, Any]]],
     main = {k: v for k, v in directions.items() if "run14" not in k}
     curve_p90 = max(s["err"]["p90"] for s in main.values())
     hw_p90 = max(s["err_hw"]["p90"] for s in main.values())
+    naive_p90 = max(s["err_naive"]["p90"] for s in main.values())
     matmul = max(max(s["err"]["matmul_max"], s["err_hw"]["matmul_max"])
                  for s in main.values())
     vendors = sorted({hwmodels.get(d).vendor for d in devices})
@@ -318,24 +319,16 @@ def expected_error(directions: dict[str, dict[str, dict[str, Any]]],
         "validated_vendors": vendors,
         "with_target_copy_curve_p90_pct": round(curve_p90, 2),
         "hwmodel_only_p90_pct": round(hw_p90, 2),
+        "naive_ceiling_ratio_p90_pct": round(naive_p90, 2),
         "matmul_max_pct": round(matmul, 2),
         "widen_same_vendor": WIDEN_SAME_VENDOR,
         "widen_other_vendor": WIDEN_OTHER_VENDOR,
         "rule": ("a projected device among validated_devices: hwmodel_only_p90_pct (validated); "
                  "another device of a validated vendor: that x widen_same_vendor; any other "
-                 "vendor: that x widen_other_vendor; the last two are labelled unvalidated"),
+                 "vendor: that x widen_other_vendor; the last two are labelled unvalidated. "
+                 "A projection without the calibration device's copy curve (bandwidth ratio "
+                 "only) uses naive_ceiling_ratio_p90_pct in place of hwmodel_only_p90_pct"),
     }
-
-
-def error_bar_for(device: str, expected: dict[str, Any]) -> tuple[float, bool]:
-    """(expected error in percent, validated?) for a device projected by `porter compare`."""
-    base = float(expected["hwmodel_only_p90_pct"])
-    if device in expected["validated_devices"]:
-        return base, True
-    vendor = hwmodels.get(device).vendor
-    factor = (expected["widen_same_vendor"] if vendor in expected["validated_vendors"]
-              else expected["widen_other_vendor"])
-    return base * float(factor), False
 
 
 def build(pair: tuple[str, str] = DEFAULT_PAIR, *, root: Path = RESULTS

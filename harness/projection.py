@@ -451,7 +451,8 @@ def transfer(measured_ms: float, amount: float, *, op: str, cal_curve: SizeCurve
         fit: `fit_transfer`'s result; None treats every row as tracking its curve.
         compute_bound: a matmul-like row: scale by the curves alone, no latency branch.
         cal_hw, target_hw: hardware models, for the latency branch's wave and clock scaling
-            (omitted: the same SMs and clock on both, as for H100 and H200).
+            (omitted: the same SMs and clock on both, as for H100 and H200); with `target_hw`
+            a memory-bound result is never below its datasheet speed of light.
         grid: programs launched, for wave quantization in the latency branch (omitted: scale by
             the compute-unit ratio, as if the grid filled many waves).
         blocks_per_unit: resident programs per SM/CU, with `grid`.
@@ -477,10 +478,18 @@ def transfer(measured_ms: float, amount: float, *, op: str, cal_curve: SizeCurve
     # Rows as large as the fit's (>= 4 x LLC) are bandwidth-bound by definition, whatever ratio.
     latency = (not compute_bound and fit is not None and ratio > fit.latency_threshold(op)
                and amount < BANDWIDTH_BOUND_LLC_MULTIPLE * fit.llc_bytes)
+    # Never faster than the target's datasheet speed of light: a curve carried to a device with a
+    # much larger cache (a 256 MB Infinity Cache from a 50 MB L2) could otherwise promise it.
+    sol_ms = (amount / (target_hw.peak_bandwidth_gbps * 1e6)
+              if target_hw is not None and not compute_bound else 0.0)
+    breakdown["speed_of_light_ms"] = sol_ms
     if not latency:
         bound: Bound = "compute" if compute_bound else "memory"
         breakdown["branch"] = "tracks the reference curve"
-        return Projection(time_ms=ratio * tgt_ref, bound=bound, breakdown=breakdown)
+        if ratio * tgt_ref < sol_ms:
+            breakdown["branch"] = "tracks the reference curve, held at the speed of light"
+        return Projection(time_ms=max(ratio * tgt_ref, sol_ms), bound=bound,
+                          breakdown=breakdown)
     # Latency-bound: the time is the SMs' (waves x per-wave latency), scaled by waves and clock.
     scale = 1.0
     if cal_hw is not None and target_hw is not None:
@@ -491,7 +500,7 @@ def transfer(measured_ms: float, amount: float, *, op: str, cal_curve: SizeCurve
         else:
             scale = cu_cal / cu_tgt
         scale *= cal_hw.boost_clock_mhz.value / target_hw.boost_clock_mhz.value
-    floor = fit.ratio_for(op) * tgt_ref if fit is not None else tgt_ref
+    floor = max(fit.ratio_for(op) * tgt_ref if fit is not None else tgt_ref, sol_ms)
     time_ms = max(measured_ms * scale, floor)
     breakdown.update(branch="latency-bound: the SMs' time carried over, the target's "
                      "bandwidth time as a floor", wave_clock_scale=scale, bandwidth_floor_ms=floor)

@@ -8,10 +8,16 @@
 
 `best()` answers "fastest passing variant per (op, device, shape)": measured rows win over
 projected ones for the same shape, because a projection is an estimate and a measurement is not.
+
+Stores written on several machines merge into one (`merge()`, `porter store merge A B --into C`)
+without duplicates: a record's identity is its content (`content_key`: every column but the row
+id, which is local to one file), so merging the same file twice, or two files that both hold a
+copy of a third, adds each record once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -200,6 +206,62 @@ class ResultsStore:
             cur = self._conn.execute(sql, values)
             return int(cur.lastrowid)
 
+    def add(self, records: Sequence[Record]) -> tuple[int, int]:
+        """Insert `records` exactly as they are (run id, timestamp, versions kept), skipping any
+        whose `content_key` the store already holds or that repeats one earlier in `records`.
+
+        Returns:
+            (added, skipped).
+        """
+        with self._lock:
+            rows = self._conn.execute(
+                f"SELECT id, {', '.join(_COLUMNS)} FROM records").fetchall()
+        seen = {content_key(self._to_record(r)) for r in rows}
+        added = skipped = 0
+        for rec in records:
+            key = content_key(rec)
+            if key in seen:
+                skipped += 1
+                continue
+            seen.add(key)
+            self._insert(rec)
+            added += 1
+        return added, skipped
+
+    def merge(self, *sources: str | Path) -> tuple[int, int]:
+        """Add every record of the stores at `sources` (see `add`; the sources are only read).
+
+        Returns:
+            (added, skipped) over all sources.
+
+        Raises:
+            StoreError: a source is missing or not a store.
+        """
+        added = skipped = 0
+        for src in sources:
+            path = Path(src)
+            if not path.is_file():
+                raise StoreError(f"{path}: no such results store")
+            other = ResultsStore(path, fill_env=False)
+            try:
+                a, s = self.add(other._select("1 = 1", ()))
+            finally:
+                other.close()
+            added += a
+            skipped += s
+        return added, skipped
+
+    def _insert(self, rec: Record) -> int:
+        values = (rec.run_id or self.run_id, rec.timestamp or _now(), rec.op, rec.variant,
+                  _dumps(rec.config), rec.target, rec.device,
+                  json.dumps([int(x) for x in rec.shape]), rec.dtype, rec.tier,
+                  _dumps(rec.metrics), _dumps(rec.spread), int(bool(rec.passed)), rec.message,
+                  _dumps(rec.versions), rec.git_rev)
+        sql = (f"INSERT INTO records ({', '.join(_COLUMNS)}) "
+               f"VALUES ({', '.join('?' * len(_COLUMNS))})")
+        with self._lock:
+            return int(self._conn.execute(sql, values).lastrowid)
+
     # -- reading ----------------------------------------------------------------------------
     def _select(self, where: str, params: Sequence[Any]) -> list[Record]:
         sql = f"SELECT id, {', '.join(_COLUMNS)} FROM records WHERE {where} ORDER BY id"
@@ -281,6 +343,19 @@ class ResultsStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def content_key(rec: Record) -> str:
+    """A record's identity across files: sha256 of every column but the row id.
+
+    Two records with the same key are the same measurement (same run, time, numbers and
+    versions), wherever they were copied to.
+    """
+    payload = [rec.run_id, rec.timestamp, rec.op, rec.variant, _dumps(rec.config), rec.target,
+               rec.device, [int(x) for x in rec.shape], rec.dtype, rec.tier,
+               _dumps(rec.metrics), _dumps(rec.spread), bool(rec.passed), rec.message,
+               _dumps(rec.versions), rec.git_rev]
+    return hashlib.sha256(json.dumps(payload).encode()).hexdigest()
 
 
 def _rank(rec: Record) -> tuple[int, float]:

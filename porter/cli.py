@@ -19,6 +19,8 @@ COMMANDS: dict[str, str] = {
     "selftest": "porter.commands.selftest:selftest_cmd",
     "port": "porter.commands.port:port_cmd",
     "pack": "porter.commands.pack:pack",
+    "compare": "porter.commands.compare:compare_cmd",
+    "store": "porter.commands.store:store",
 }
 
 

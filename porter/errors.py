@@ -37,3 +37,8 @@ class SpecError(PorterError):
 
 class KernelUnavailableError(PorterError):
     """A kernel the user asked for cannot be produced or loaded (no codegen, no TRITON_KERNEL)."""
+
+
+class FleetError(PorterError):
+    """A fleet file (`porter compare --fleet`) cannot be used; the message names the file and
+    the field, e.g. "fleets/ours.yaml: devices[1].count: must be a positive integer, got 'x'"."""
