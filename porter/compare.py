@@ -430,8 +430,17 @@ def compare(op_or_pack: str, devices: Sequence[str], *, store_path: str | Path |
             summary = fleet_summary(fleet, times)
             fleet_out["per_shape"].append({"shape": list(key[0]), "dtype": key[1], **summary})
     return Comparison(op=op, devices=names, keys=keys, rows=rows, portability=portability,
-                      per_device_pct=per_device, validation_source=str(validation_path),
+                      per_device_pct=per_device, validation_source=_display(validation_path),
                       fleet=fleet_out, notes=notes)
+
+
+def _display(path: str | Path) -> str:
+    """A path relative to the working directory when it is under it (reports move)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(p)
 
 
 def _row(src: _Source, dev: str, hw: hwmodels.HardwareModel, key: Key,

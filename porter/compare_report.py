@@ -196,7 +196,8 @@ def render_png(c: Comparison) -> bytes:
                      label=f"{d.upper()} projected")
             ax2.fill_between(px, lo, hi, color=color[d], alpha=0.12, lw=0)
     ax2.set_yscale("log")
-    ax2.set_xticks(list(xs), [f"{_shape(k[0])}\n{k[1]}" for k in keys], fontsize=7.5)
+    ax2.set_xticks(list(xs), [f"{_shape(k[0])} {k[1]}" for k in keys], fontsize=7.5,
+                   rotation=30, ha="right")
     ax2.set_ylabel("time per call (us, log scale)")
     ax2.set_title("time per call at each shape (band: expected error)", fontsize=11)
     ax2.grid(axis="y", which="both", alpha=0.25)
