@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,9 +50,19 @@ CHECKOUT = Path(__file__).resolve().parents[2]
               help="pack folder from `porter port` (its tuned per-shape configs are used).")
 @click.option("--suite", is_flag=True, help="run the whole benchmark suite (bench/suite.py, "
               "from a checkout of the repository); SPEC is then the results folder.")
+@click.option("--cluster", default=None, is_flag=False, flag_value="local", metavar="[ADDRESS]",
+              help="with --suite: fan the suite's ops out over Dask, one worker per GPU (a local "
+              "cluster, or the scheduler at ADDRESS); needs kernel-porter[fleet].")
+@click.option("--store", "store_path", default="runs/results.sqlite", show_default=True,
+              help="with --cluster: the one results store every worker's results go to.")
 def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtype_names: tuple[str, ...],
-              reps: int, target: str | None, pack_path: str | None, suite: bool) -> None:
+              reps: int, target: str | None, pack_path: str | None, suite: bool,
+              cluster: str | None, store_path: str) -> None:
     """Benchmark the ported kernel for SPEC against eager and torch.compile."""
+    if cluster is not None:
+        if not suite:
+            fail("--cluster fans out the suite: use it with --suite")
+        raise SystemExit(_suite_cluster(spec_path, reps, cluster, store_path))
     if suite:
         raise SystemExit(_suite_main()(["--out", spec_path, "--reps", str(reps)]))
     try:
@@ -68,6 +79,29 @@ def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtyp
     except PorterError as exc:
         fail(str(exc))
     raise SystemExit(int(code))
+
+
+def _suite_cluster(out: str, reps: int, cluster: str, store_path: str) -> int:
+    """The suite over Dask (porter/fanout.py): one op per task, the parts merged into OUT with
+    its SUMMARY.md, every record in the one store."""
+    from porter import fanout
+
+    _suite_main()  # the checkout's bench package, or one error line
+    from bench.suite import OPS
+    from bench.suite import summarize
+
+    try:
+        report = fanout.run_suite(out, list(OPS), reps=reps, store_path=store_path,
+                                  address=None if cluster == "local" else cluster)
+    except fanout.FanoutUnavailable as exc:
+        fail(str(exc))
+    rows = [json.loads(ln) for ln in (Path(out) / "rows.jsonl").read_text().splitlines() if ln]
+    meta = json.loads((Path(out) / "meta.json").read_text())
+    (Path(out) / "SUMMARY.md").write_text(summarize(rows, meta))
+    click.echo(f"{out}: {len(rows)} rows from {len(report.workers)} workers in "
+               f"{report.wall_s:.0f} s; {store_path}: {report.added} records added, "
+               f"{report.skipped} already there")
+    return 0
 
 
 def _suite_main() -> Any:
