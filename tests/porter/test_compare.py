@@ -275,3 +275,30 @@ def test_cli_bad_input_exits_2_with_one_line(store, tmp_path, args, message):
     result = CliRunner().invoke(main, base + args)
     assert result.exit_code == 2
     assert message in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_pack_folder_gives_tiers_and_first_principles_numbers(store, tmp_path):
+    """OP as a pack folder: a device with no measurement anywhere falls back to the pack's own
+    projected numbers, with its tier, never faster than the datasheet speed of light."""
+    import yaml
+
+    pack = tmp_path / "packs" / OP
+    pack.mkdir(parents=True)
+    bucket = {"bucket": "4096x4096", "dtype": "bf16", "shape": [4096, 4096],
+              "config": {"BLOCK": 2048}, "file": "apple/m4/k.metal", "tier": "emitted",
+              "numbers": {"time_ms": 1e-3, "label": "projected", "bytes_moved": 67e6,
+                          "flops": 0}}
+    (pack / "manifest.yaml").write_text(yaml.safe_dump({
+        "format": "kernel-porter-pack/1", "op": OP, "files": {}, "reference":
+        {"file": "reference.py"}, "entries": [{"target": "m4", "tier": "emitted",
+                                               "buckets": [bucket]}]}))
+    c = cmp.compare(str(pack), ["h100", "m4"], store_path=store,
+                    validation_path=_expected(tmp_path / "v.json"))
+    m4 = c.row("m4", ((4096, 4096), "bf16"))  # a shape only the pack has
+    assert m4.tier == "emitted" and m4.kernel == "BLOCK=2048"
+    # The pack claimed 1 us for 67 MB on a 120 GB/s device: held at the speed of light.
+    assert m4.time_ms == pytest.approx(67e6 / 120e9 * 1e3)
+    assert "speed of light" in m4.source and m4.validated is False
+    assert c.row("h100", ((4096, 4096), "bf16")).source.startswith("first-principles")
+    # Where the H100 measured the shape, the M4 row starts from that measurement instead.
+    assert c.row("m4", ((16384, 16384), "bf16")).calibration == "h100"
