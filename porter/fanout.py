@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -220,6 +221,25 @@ def run_tasks(tasks: Sequence[Task], *, client: Any = None, address: str | None 
 
 # -- the benchmark suite, one op per task ------------------------------------------------------
 
+def _die_with_parent() -> None:
+    """In the child, before exec: ask Linux to SIGKILL it when the worker dies (PR_SET_PDEATHSIG),
+    so a killed worker leaves no orphan holding its GPU while the retry runs elsewhere."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass  # not Linux: the child may outlive a killed worker
+
+
+def run_child(cmd: Sequence[str], *, cwd: str | Path | None = None
+              ) -> subprocess.CompletedProcess[str]:
+    """Run `cmd` from a task, output captured, killed with the worker if the worker dies."""
+    return subprocess.run(list(cmd), cwd=cwd, capture_output=True, text=True, check=False,
+                          preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+
+
 def suite_op_task(op: str, out_dir: str, reps: int) -> dict[str, Any]:
     """Run the suite for one op on this worker's GPU (`python -m bench.suite --ops OP`), in a
     child process of the worker so a crashed CUDA context ends that run, not the worker.
@@ -234,7 +254,7 @@ def suite_op_task(op: str, out_dir: str, reps: int) -> dict[str, Any]:
     part = Path(out_dir) / "parts" / op
     cmd = [sys.executable, "-m", "bench.suite", "--ops", op, "--out", str(part),
            "--reps", str(reps)]
-    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=False)
+    proc = run_child(cmd, cwd=REPO)
     (part.parent / f"{op}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         raise RuntimeError(f"suite op {op} on {info['host']}:{info['cuda_visible_devices']} "

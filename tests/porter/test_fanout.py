@@ -175,3 +175,45 @@ def test_plain_local_cluster_pins_one_gpu_per_worker(monkeypatch):
         cluster = c.cluster
         c.close()
         cluster.close()
+
+
+SLEEPER = "import os, sys, time; open(sys.argv[1], 'w').write(str(os.getpid())); time.sleep(120)"
+
+
+def dies_with_child_task(marker_dir: str, key: str) -> str:
+    """First attempt: start a long child (as the suite task does), then the worker dies."""
+    import sys
+    import threading
+
+    if _attempt(marker_dir, key) == 1:
+        pidfile = Path(marker_dir) / "child.pid"
+
+        def kill_worker_when_child_runs() -> None:
+            for _ in range(200):
+                if pidfile.exists() and pidfile.read_text():
+                    os._exit(1)
+                time.sleep(0.05)
+            os._exit(1)
+
+        threading.Thread(target=kill_worker_when_child_runs, daemon=True).start()
+        fanout.run_child([sys.executable, "-c", SLEEPER, str(pidfile)])
+    return "ok"
+
+
+def _alive(pid: int) -> bool:
+    status = Path(f"/proc/{pid}/status")
+    if not status.exists():
+        return False
+    return "State:\tZ" not in status.read_text()  # a zombie is dead, waiting to be reaped
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="checks /proc (Linux)")
+def test_a_dead_workers_child_process_dies_with_it(client, tmp_path):
+    t = [fanout.Task(key="child", fn=dies_with_child_task, args=(str(tmp_path), "child"))]
+    assert fanout.run_tasks(t, client=client, retries=0).results[0].value == "ok"
+    pid = int((tmp_path / "child.pid").read_text())
+    deadline = time.time() + 10
+    while _alive(pid) and time.time() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid), "the killed worker's child kept running"
+    client.wait_for_workers(2, timeout=30)
