@@ -432,26 +432,12 @@ class _Porter:
                                  spread=spread or {}, message=message))
 
     def _module(self, source: str, interpret: bool) -> Any:
-        from porter.loader import _import_file
-        from porter.loader import _interpreter_env
+        from porter.codegen.loading import load_generated_module
 
         key = (source_hash(source), interpret)
         if key not in self._modules:
             name = f"_porter_gen_{self.spec.name}_{key[0][:12]}_{'i' if interpret else 'n'}"
-            try:
-                from porter.codegen.loading import load_generated_module
-            except ImportError:
-                load_generated_module = None
-            if load_generated_module is not None:
-                self._modules[key] = load_generated_module(source, name, interpret)
-            else:
-                # Same effect without codegen's helper: a file in the run dir, imported with the
-                # interpreter switched as asked (triton.jit decides at decoration time).
-                path = self.run_dir / "_modules" / f"{name}.py"
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(source)
-                with _interpreter_env(interpret):
-                    self._modules[key] = _import_file(path, name)
+            self._modules[key] = load_generated_module(source, name, interpret)
         return self._modules[key]
 
     # -- one target -----------------------------------------------------------------------
@@ -503,9 +489,11 @@ class _Porter:
                 sp = plan.for_shape(shape, dname)
                 inputs = self.problem.make_inputs(shape, dtype, torch.device("meta"),
                                                   torch.Generator().manual_seed(0))
+                # On the device the cap is applied per unit, after earlier units' winners are
+                # moved to the front (`_winners_first`); candidates.json shows the capped list.
                 sr = search(self.gen_op, backend, hw, tuple(inputs), dtype, plan=sp,
-                            max_variants=self.max_variants)
-                searches[f"{'x'.join(map(str, shape))}/{dname}"] = sr
+                            max_variants=None if measured_here else self.max_variants)
+                searches[f"{'x'.join(map(str, shape))}/{dname}"] = _capped(sr, self.max_variants)
                 units.append((shape, dtype, bucket, sr, sp))
                 self.largest_space = max(self.largest_space, len(sr.candidates) + sr.capped)
         write_candidates(searches, tdir / "candidates.json")
@@ -513,7 +501,7 @@ class _Porter:
             floor = max((x.floor_ms for x in plan.shapes), default=0.0)
             self.target_deadline_s = device_deadline_s(
                 self.deadline_s, scaled_deadline_s(floor, len(self._judge_shapes())))
-        n_cands = sum(len(sr.candidates) for *_, sr, _sp in units)
+        n_cands = sum(len(_capped(sr, self.max_variants).candidates) for *_, sr, _sp in units)
         n_valid = sum(len(sr.candidates) + sr.capped for *_, sr, _sp in units)
         self.progress(f"[{hw.name}] {len(units)} shape/dtype units, {n_cands} of {n_valid} valid "
                       f"candidates ({'measured on this GPU' if measured_here else 'projected'})")
@@ -523,10 +511,14 @@ class _Porter:
         failures: list[str] = []
         started = time.perf_counter()
         self.judged_in_target = 0
+        winners: list[dict[str, Any]] = []  # configs kept at earlier units, dtype left out
         for index, (shape, dtype, bucket, sr, sp) in enumerate(units, 1):
             dname = _dtype_name(dtype)
-            generated = self._within_time_budget(tuple(sr.candidates), index, len(units),
-                                                 started, measured_here)
+            ordered = tuple(sr.candidates)
+            if measured_here:
+                ordered = _capped_list(_winners_first(ordered, winners), self.max_variants)
+            generated = self._within_time_budget(ordered, index, len(units), started,
+                                                 measured_here)
             # The spec's own kernel competes on Triton targets, judged like generated ones.
             cands = generated + (tuple(self.existing) if backend.name != "metal" else ())
             self.already_judged = 0
@@ -535,6 +527,7 @@ class _Porter:
             choice = self._choice(hw, backend, shape, dname, bucket, cands)
             if choice is not None:
                 choices.append(choice)
+                winners.append({k: v for k, v in choice.config.items() if k != "dtype"})
                 n = choice.numbers
                 t = n.get("time_ms")
                 outcome = f"kept {_cfg(choice.config)}, {choice.tier}" + (
@@ -1306,6 +1299,35 @@ def _generate(reference: Callable[..., Any], example: tuple[Any, ...], name: str
 
 def _cfg(config: dict[str, Any]) -> str:
     return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def _capped_list(cands: tuple[Candidate, ...], cap: int | None) -> tuple[Candidate, ...]:
+    return cands if cap is None else cands[:cap]
+
+
+def _capped(sr: Any, cap: int | None) -> Any:
+    """A `SearchResult` cut to `cap` candidates (the rest counted as capped)."""
+    if cap is None or len(sr.candidates) <= cap:
+        return sr
+    return replace(sr, candidates=sr.candidates[:cap],
+                   capped=sr.capped + len(sr.candidates) - cap)
+
+
+def _winners_first(cands: tuple[Candidate, ...], winners: list[dict[str, Any]],
+                   ) -> tuple[Candidate, ...]:
+    """`cands` with those whose config (dtype aside) was kept at an earlier unit of the same
+    target moved to the front, the latest winner first; the rest keep the search's order.
+
+    A kernel that won at one dtype or bucket is the likeliest to win at the next, and on the
+    device a cap (or the time budget) keeps only the first few. Without it a matmul whose
+    default config misfits at 8192^3 kept the tiled kernel, 14% slower than the TMA one that
+    won at 4096^3 (H100, 2026-11-26)."""
+    def key(c: Candidate) -> str:
+        return config_key({k: v for k, v in c.config.items() if k != "dtype"})
+
+    rank = {config_key(w): i for i, w in enumerate(winners)}
+    first = sorted((c for c in cands if key(c) in rank), key=lambda c: -rank[key(c)])
+    return tuple(first) + tuple(c for c in cands if key(c) not in rank)
 
 
 def _spent_check(check: dict[str, Any] | None) -> bool:

@@ -436,3 +436,18 @@ def test_rejections_are_told_in_a_few_words(reason: str, brief: str) -> None:
     from porter.port import brief_reason
 
     assert brief_reason(reason) == brief
+
+
+def test_earlier_winners_are_tried_first_on_the_device() -> None:
+    # a config kept at an earlier unit of the target (another dtype or bucket) goes first, the
+    # latest winner before older ones; the rest keep the search's order
+    from porter.port import _capped_list
+    from porter.port import _winners_first
+    from porter.search import Candidate
+
+    cands = tuple(Candidate({"BLOCK_M": m, "dtype": "fp16"}) for m in (64, 128, 256, 32))
+    winners = [{"BLOCK_M": 32}, {"BLOCK_M": 256}]
+    ordered = _winners_first(cands, winners)
+    assert [c.config["BLOCK_M"] for c in ordered] == [256, 32, 64, 128]
+    assert [c.config["BLOCK_M"] for c in _capped_list(ordered, 2)] == [256, 32]
+    assert _winners_first(cands, []) == cands
