@@ -384,7 +384,6 @@ class _Porter:
         # the budget continues from there, so a resumed run ends where an uninterrupted one does.
         self.checks_spent = len({e.details["check"]["key"] for e in self.ledger
                                  if _spent_check(e.details.get("check"))})
-        self.largest_space = 0  # variants offered for the largest (bucket, dtype), for the output
         self._modules: dict[tuple[str, bool], Any] = {}
         self.existing = _existing_candidates(spec)
 
@@ -495,7 +494,6 @@ class _Porter:
                             max_variants=None if measured_here else self.max_variants)
                 searches[f"{'x'.join(map(str, shape))}/{dname}"] = _capped(sr, self.max_variants)
                 units.append((shape, dtype, bucket, sr, sp))
-                self.largest_space = max(self.largest_space, len(sr.candidates) + sr.capped)
         write_candidates(searches, tdir / "candidates.json")
         if measured_here:
             floor = max((x.floor_ms for x in plan.shapes), default=0.0)
@@ -503,8 +501,10 @@ class _Porter:
                 self.deadline_s, scaled_deadline_s(floor, len(self._judge_shapes())))
         n_cands = sum(len(_capped(sr, self.max_variants).candidates) for *_, sr, _sp in units)
         n_valid = sum(len(sr.candidates) + sr.capped for *_, sr, _sp in units)
+        more = f"; --exhaustive for all {n_valid}" if n_cands < n_valid else ""
         self.progress(f"[{hw.name}] {len(units)} shape/dtype units, {n_cands} of {n_valid} valid "
-                      f"candidates ({'measured on this GPU' if measured_here else 'projected'})")
+                      f"candidates ({'measured on this GPU' if measured_here else 'projected'}"
+                      f"{more})")
 
         tolerance = ""
         choices: list[BucketChoice] = []

@@ -451,3 +451,14 @@ def test_earlier_winners_are_tried_first_on_the_device() -> None:
     assert [c.config["BLOCK_M"] for c in ordered] == [256, 32, 64, 128]
     assert [c.config["BLOCK_M"] for c in _capped_list(ordered, 2)] == [256, 32]
     assert _winners_first(cands, []) == cands
+
+
+def test_capped_search_result_counts_what_it_left_out() -> None:
+    from porter.port import _capped
+    from porter.search import Candidate
+    from porter.search import SearchResult
+
+    sr = SearchResult(tuple(Candidate({"w": w}) for w in range(5)), (), space_size=9, capped=2)
+    three = _capped(sr, 3)
+    assert [c.config["w"] for c in three.candidates] == [0, 1, 2] and three.capped == 4
+    assert _capped(sr, None) is sr and _capped(sr, 8) is sr
