@@ -160,7 +160,7 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
         "",
         tabulate(table, headers=["op", "units", "default s", "judged", "exhaustive s", "judged",
                                  "worst ratio", "geomean ratio", "same config"],
-                 tablefmt="github"),
+                 tablefmt="github", disable_numparse=True),  # keep "1.000" as written
         "",
     ]
     return "\n".join(lines)
