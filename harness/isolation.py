@@ -53,6 +53,10 @@ _EXIT_GRACE_S = 10.0
 DUMP_SIGNAL = signal.SIGUSR1
 DUMP_WAIT_S = 1.0
 # One frame of a faulthandler dump: '  File "/path/kernel.py", line 12 in launch'.
+# A thread's header in a faulthandler dump: "Current thread 0x7f.. (most recent call first):",
+# "Thread 0x7f.. (most recent call first):", or "Stack (most recent call first):" (one thread).
+_THREAD = re.compile(r"^(?:Current thread|Thread) 0x[0-9a-f]+.*:$"
+                     r"|^Stack \(most recent call first\):$", re.MULTILINE)
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)',
                     re.MULTILINE)
 
@@ -104,37 +108,47 @@ class ChildResult:
 
 def enable_tracebacks() -> None:
     """Child side: dump the Python stack to stderr on a fatal signal or on DUMP_SIGNAL."""
-    faulthandler.enable(file=sys.stderr, all_threads=False)
-    faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=False)
+    # Every thread: the signal may be taken by a thread other than the one that is stuck.
+    faulthandler.enable(file=sys.stderr, all_threads=True)
+    faulthandler.register(DUMP_SIGNAL, file=sys.stderr, all_threads=True)
 
 
 def innermost_frame(stderr: str) -> str | None:
-    """Where the last faulthandler dump in `stderr` says the child was: "kernel.py:12 in launch".
+    """Where the faulthandler dump in `stderr` says the child was: "kernel.py:12 in launch".
 
-    faulthandler lists the most recent call first. The frame given is the innermost one in the
-    user's own code: frames in the standard library and installed packages are skipped (a
-    launcher that crashed in `ctypes.string_at` is reported at its own line that called it),
-    unless there is no other. None when stderr holds no dump.
+    The thread: the one the dump marks current (it crashed, or took the signal) when it has
+    Python frames, else the last one listed, which is the main thread. A signal sent to the
+    process can land on a thread without Python frames, such as a CUDA driver thread while the
+    main thread waits for a hung kernel. The frame: faulthandler lists the most recent call
+    first; the first one in the user's own code is given, skipping the standard library,
+    installed packages and the harness (a launcher that crashed inside `ctypes.string_at`, or
+    hung in a torch call the torch-compute guard intercepted, is reported at its own line),
+    unless the thread has no other. None when stderr holds no dump.
     """
-    header = max(stderr.rfind("Current thread"), stderr.rfind("Thread 0x"), stderr.rfind("Stack ("))
-    if header < 0:
+    headers = list(_THREAD.finditer(stderr))
+    blocks = []
+    for i, header in enumerate(headers):
+        stop = headers[i + 1].start() if i + 1 < len(headers) else len(stderr)
+        frames = list(_FRAME.finditer(stderr, header.end(), stop))
+        if frames:
+            blocks.append((header.group(0).startswith("Current"), frames))
+    if not blocks:
         return None
-    block = stderr[header:].split("\n\n", 1)[0]  # one thread's frames end at a blank line
-    frames = list(_FRAME.finditer(block))
-    if not frames:
-        return None
-    own = [f for f in frames if not _is_library(f["file"])]
+    frames = next((f for current, f in blocks if current), blocks[-1][1])
+    own = [f for f in frames if not _not_the_candidates(f["file"])]
     frame = (own or frames)[0]
     return f"{os.path.basename(frame['file'])}:{frame['line']} in {frame['func']}"
 
 
-def _is_library(path: str) -> bool:
-    """True for a file of the standard library or of an installed package."""
+def _not_the_candidates(path: str) -> bool:
+    """True for a file of the standard library, of an installed package, or of the judge itself
+    (its guards wrap the torch calls a candidate makes, so they sit inside the candidate's frame).
+    """
     parts = Path(path).parts
     if "site-packages" in parts or "dist-packages" in parts:
         return True
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
-    return Path(path).is_relative_to(stdlib)
+    return any(Path(path).is_relative_to(root) for root in
+               (Path(sysconfig.get_paths()["stdlib"]), Path(__file__).resolve().parent))
 
 
 def emit(event: Mapping[str, Any]) -> None:

@@ -7,7 +7,10 @@ except the hang, which waits for its (short) limit.
 from __future__ import annotations
 
 import sys
+import sysconfig
+from pathlib import Path
 
+import harness.isolation
 from harness.isolation import EVENT_PREFIX
 from harness.isolation import innermost_frame
 from harness.isolation import run_child
@@ -68,6 +71,28 @@ def test_an_event_can_move_the_limit() -> None:
     result = run_child(_child("emit({'trials': 3})\ntime.sleep(2.5)\nprint('done')\n"),
                        job="", limit_s=2.0, on_event=lambda e: 30.0 if "trials" in e else None)
     assert not result.timed_out and result.returncode == 0 and result.limit_s == 30.0
+
+
+def test_the_frame_is_the_candidates_own_in_the_stuck_thread() -> None:
+    # As seen on an H100 with a GPU kernel that never ends: the main thread waits in a torch
+    # call that the harness's torch-compute guard intercepted. The frames of the library and of
+    # the harness are skipped: the frame named is the launcher's line.
+    stdlib = sysconfig.get_paths()["stdlib"]
+    guards = Path(harness.isolation.__file__).with_name("guards.py")
+    main = ("Thread 0x00007f0000000001 (most recent call first):\n"
+            '  File "/opt/venv/lib/python3.12/site-packages/torch/_ops.py", line 865 in __call__\n'
+            f'  File "{guards}", line 107 in __torch_dispatch__\n'
+            '  File "/tmp/spec/kernel.py", line 27 in spin_gpu\n'
+            '  File "/repo/porter/commands/_common.py", line 79 in candidate\n')
+    helper = ("Thread 0x00007f0000000002 (most recent call first):\n"
+              f'  File "{stdlib}/threading.py", line 331 in wait\n'
+              '  File "/tmp/spec/kernel.py", line 40 in watchdog\n')
+    # The signal landed on a thread without Python frames (a CUDA driver thread): nothing is
+    # marked current, and the main thread, listed last, is the one that is stuck.
+    assert innermost_frame(helper + "\n" + main) == "kernel.py:27 in spin_gpu"
+    # The helper thread crashed: the dump marks it current.
+    crashed = "Current " + helper.replace("Thread", "thread", 1)
+    assert innermost_frame(crashed + "\n" + main) == "kernel.py:40 in watchdog"
 
 
 def test_event_prefix_is_not_plain_text() -> None:
