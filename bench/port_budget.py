@@ -25,6 +25,11 @@ GPU time is scarce, so:
 
     python bench/port_budget.py --out results/port-budget-h100 [--ops rmsnorm,softmax]
     python -m bench.port_budget --out ...           # the same, from the repository root
+    python bench/port_budget.py --out DIR --summary-only   # SUMMARY.md from DIR's rows (no GPU)
+
+Each machine call is limited in time: give each call a few ops (`--ops`), keep the exhaustive
+units small (`--dtypes bf16 --max-shapes 4 --max-exhaustive-s 150`), bring back `rows.jsonl` and
+`meta.json`, join the rows.jsonl files and run `--summary-only` on the joined folder.
 
 On a machine without a GPU it says so in one line and exits 2 (the CPU tier's ports are
 projected, not timed: there is nothing to compare).
@@ -176,7 +181,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-shapes", type=int, default=None, help="only each spec's first N shapes")
     ap.add_argument("--max-exhaustive-s", type=float, default=None,
                     help="stop an exhaustive port after this many seconds (rerun to continue it)")
+    ap.add_argument("--summary-only", action="store_true",
+                    help="write SUMMARY.md from the folder's rows.jsonl and meta.json and stop "
+                         "(no GPU): e.g. after joining the rows.jsonl of several machine calls")
     args = ap.parse_args(argv)
+    if args.summary_only:
+        out = Path(args.out)
+        rows = [json.loads(ln) for ln in (out / "rows.jsonl").read_text().splitlines() if ln]
+        summary = summarize(rows, json.loads((out / "meta.json").read_text()))
+        (out / "SUMMARY.md").write_text(summary)
+        print(summary)
+        return 0
 
     import torch
 

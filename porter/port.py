@@ -19,6 +19,13 @@ Data flow (DESIGN.md, "Data flow of porter port"), per target device:
 On a CPU the projection is cheap and the interpreter is not, so candidates are checked in
 projected order and a candidate that cannot beat the one already kept is not interpreted at all
 (recorded as reverted with that reason). Every check and number also goes to the results store.
+
+On the device the search is budgeted (`resolve_budget`): the first DEVICE_MAX_VARIANTS candidates
+per (bucket, dtype), configs kept at earlier units first, fewer when the target runs past its
+time budget; every candidate is screened at SCREEN_REPS and the FINALISTS fastest timed again at
+DEVICE_REPS. `exhaustive=True` judges the whole space. A resumed run (same run dir) continues the
+ledger: judged candidates are not redone, budget-skipped ones are, and the interpreted checks
+already spent count against max_checks.
 """
 
 from __future__ import annotations

@@ -50,3 +50,16 @@ def test_refuses_bad_input_and_a_machine_without_gpu_in_one_line(tmp_path: Path,
     assert main(["--out", str(tmp_path / "o"), "--ops", "rmsnorm"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "times ports on a GPU" in err[0]
+
+
+def test_summary_only_rebuilds_the_table_from_rows(tmp_path: Path, capsys) -> None:
+    import json
+
+    default = _port({"a/bf16": (1.0, 1)}, 9)
+    row = {"op": "softmax", "units": 1, "default": default, "exhaustive": default,
+           "compare": compare(default, default)}
+    (tmp_path / "rows.jsonl").write_text(json.dumps(row) + "\n")
+    (tmp_path / "meta.json").write_text(json.dumps(
+        {"device": "H100", "hw_model": "h100", "date": "today", "versions": {}}))
+    assert main(["--out", str(tmp_path), "--summary-only"]) == 0
+    assert "| softmax" in (tmp_path / "SUMMARY.md").read_text()
