@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "pack": "porter.commands.pack:pack",
     "compare": "porter.commands.compare:compare_cmd",
     "store": "porter.commands.store:store",
+    "profile": "porter.commands.profile:profile_cmd",
+    "port-profile": "porter.commands.profile:port_profile_cmd",
 }
 
 
