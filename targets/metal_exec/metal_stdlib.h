@@ -1,0 +1,874 @@
+// The subset of the Metal Shading Language that porter emits, as C++17 for the CPU, plus the
+// runtime that executes a dispatch: every thread of a threadgroup is a user-space fiber, so
+// threadgroup_barrier and the SIMD-group functions mean what they mean on an Apple GPU.
+//
+// Rules the runtime enforces (a broken rule ends the dispatch with an error naming it):
+//  - a SIMD-group is 32 consecutive threads of the threadgroup's linear index; its collective
+//    functions (simd_sum, simd_max, simd_shuffle_down, ...) combine the *active* lanes only:
+//    lanes past the end of the threadgroup or that returned are inactive, and a shuffle that
+//    reads an inactive lane gets poison (all bits set: NaN for floats), as undefined on the GPU;
+//  - threadgroup_barrier must be reached by every thread of the threadgroup that has not
+//    returned, and by all of them (a thread that returned while others wait is divergence);
+//    threads stuck at different collectives are reported as a deadlock, never hang;
+//  - threadgroup memory is bounds-checked on every access, starts as poison, and a read of an
+//    element no thread wrote, or that another thread wrote since the last barrier (a race), is
+//    an error. Threads run highest index first between barriers, so a missing barrier between
+//    a write and another thread's read shows as a race;
+//  - device buffers are bounds-checked against the tensor's storage, and a cast to a vector
+//    type checks the alignment of the address.
+// This file is C++ for g++/clang on Linux or macOS; it is never given to a Metal compiler.
+#pragma once
+
+#include <cfloat>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
+#include <ucontext.h>
+#include <vector>
+
+typedef unsigned int uint;
+typedef unsigned short ushort;
+typedef unsigned char uchar;
+typedef unsigned long ulong;
+typedef _Float16 half;
+
+// ---------------------------------------------------------------------------------------------
+// bfloat: 16-bit brain float, stored as the top half of a float; round to nearest even.
+struct bfloat {
+    uint16_t bits;
+    bfloat() = default;
+    bfloat(float f) {  // NOLINT: implicit, as in MSL
+        uint32_t u;
+        std::memcpy(&u, &f, 4);
+        if ((u & 0x7fffffffu) > 0x7f800000u) {
+            bits = uint16_t((u >> 16) | 0x40u);  // quiet NaN
+        } else {
+            u += 0x7fffu + ((u >> 16) & 1u);
+            bits = uint16_t(u >> 16);
+        }
+    }
+    bfloat(double d) : bfloat(float(d)) {}
+    bfloat(int i) : bfloat(float(i)) {}
+    bfloat(half h) : bfloat(float(h)) {}
+    operator float() const {
+        uint32_t u = uint32_t(bits) << 16;
+        float f;
+        std::memcpy(&f, &u, 4);
+        return f;
+    }
+};
+
+// ---------------------------------------------------------------------------------------------
+// the runtime: fibers, threadgroups, collectives
+namespace porter_rt {
+
+enum State { RUNNABLE, AT_BARRIER, AT_SIMD, DONE };
+enum SimdOp {
+    OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AND, OP_OR, OP_XOR, OP_BROADCAST, OP_BROADCAST_FIRST,
+    OP_SHUFFLE, OP_SHUFFLE_DOWN, OP_SHUFFLE_UP, OP_SHUFFLE_XOR, OP_PREFIX_EXCL_SUM,
+    OP_PREFIX_INCL_SUM, OP_ALL, OP_ANY, OP_SIMD_BARRIER, OP_IS_FIRST
+};
+static const char* const OP_NAMES[] = {
+    "simd_sum", "simd_product", "simd_max", "simd_min", "simd_and", "simd_or", "simd_xor",
+    "simd_broadcast", "simd_broadcast_first", "simd_shuffle", "simd_shuffle_down",
+    "simd_shuffle_up", "simd_shuffle_xor", "simd_prefix_exclusive_sum",
+    "simd_prefix_inclusive_sum", "simd_all", "simd_any", "simdgroup_barrier", "simd_is_first"};
+
+constexpr int SIMD_WIDTH = 32;
+constexpr size_t STACK_BYTES = 128 * 1024;
+constexpr int SLOT = 64;  // bytes of a collective's operand (a 4-wide vector of 8-byte lanes)
+
+struct Thread;
+typedef void (*CombineFn)(Thread** lanes, int nlanes);
+
+// A fiber's saved context. On x86-64 a 20-instruction switch (callee-saved registers, MXCSR
+// and the x87 control word: the SysV ABI's preserved state) instead of swapcontext, which makes
+// a signal-mask system call per switch; elsewhere ucontext. Build with -DPORTER_UCONTEXT to
+// force ucontext.
+#if defined(__x86_64__) && !defined(PORTER_UCONTEXT)
+#define PORTER_FAST_SWITCH 1
+extern "C" void porter_rt_swap(void** save_sp, void* load_sp);
+asm(R"(
+    .text
+    .p2align 4
+    .hidden porter_rt_swap
+    .globl porter_rt_swap
+    .type porter_rt_swap,@function
+porter_rt_swap:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    subq $8, %rsp
+    stmxcsr (%rsp)
+    fnstcw 4(%rsp)
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    ldmxcsr (%rsp)
+    fldcw 4(%rsp)
+    addq $8, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size porter_rt_swap,.-porter_rt_swap
+)");
+struct Ctx { void* sp; };
+inline void switch_ctx(Ctx* from, Ctx* to) { porter_rt_swap(&from->sp, to->sp); }
+inline void init_ctx(Ctx* c, unsigned char* stack, size_t bytes, void (*entry)()) {
+    uintptr_t top = (uintptr_t)(stack + bytes) & ~uintptr_t(15);
+    uint64_t* sp = (uint64_t*)top;
+    *--sp = 0;  // fake return address of entry (it never returns)
+    *--sp = (uint64_t)(uintptr_t)entry;  // where the first switch's `ret` goes
+    for (int i = 0; i < 6; ++i) *--sp = 0;  // rbp rbx r12 r13 r14 r15
+    *--sp = 0x037F00001F80ull;  // MXCSR 0x1F80 (low word), x87 control word 0x037F
+    c->sp = sp;
+}
+#else
+struct Ctx { ucontext_t uc; };
+inline void switch_ctx(Ctx* from, Ctx* to) { swapcontext(&from->uc, &to->uc); }
+inline void init_ctx(Ctx* c, unsigned char* stack, size_t bytes, void (*entry)()) {
+    getcontext(&c->uc);
+    c->uc.uc_stack.ss_sp = stack;
+    c->uc.uc_stack.ss_size = bytes;
+    c->uc.uc_link = nullptr;
+    makecontext(&c->uc, entry, 0);
+}
+#endif
+
+struct Thread {
+    Ctx ctx;
+    State st;
+    uint32_t tid;  // linear index in the threadgroup
+    uint32_t pos[3];  // thread_position_in_threadgroup
+    // the pending collective
+    int op;
+    unsigned size;
+    int64_t arg;
+    CombineFn combine;
+    alignas(16) unsigned char in[SLOT];
+    alignas(16) unsigned char out[SLOT];
+};
+
+struct TgAlloc {
+    int site;
+    size_t bytes;
+    unsigned char* data;
+    struct Shadow* shadow;
+};
+
+struct Shadow {
+    uint32_t writer;  // linear thread index of the last write
+    uint32_t epoch;  // threadgroup barrier interval of the last write
+    uint32_t sepoch;  // the writer's SIMD-group barrier interval at the write
+    uint8_t init;
+    uint32_t pend_reader;  // 1 + the thread that read it before any write (0: none)
+    uint32_t pend_epoch;
+};
+
+struct Pending {
+    Shadow* s;
+    const char* name;
+    long long idx;
+    uint32_t reader;
+};
+
+struct Group {
+    Ctx sched;
+    std::vector<Thread> threads;
+    uint32_t n;
+    uint32_t tpt[3], ngroups[3], tg_pos[3];
+    uint32_t epoch;
+    std::vector<uint32_t> sepoch;  // per SIMD-group
+    std::vector<TgAlloc> allocs;
+    std::vector<Pending> pending;  // reads of never-written threadgroup memory, not yet judged
+    size_t tg_bytes, tg_limit;
+    Thread* cur;
+    bool failed;
+    char err[2048];
+    void* fn;
+    void (*thunk)(void* fn, Thread* t);
+};
+
+inline Group*& current() {
+    static thread_local Group* g = nullptr;
+    return g;
+}
+
+inline Thread* me() { return current()->cur; }
+
+inline void yield_to_scheduler() {
+    Group* g = current();
+    Thread* t = g->cur;
+    switch_ctx(&t->ctx, &g->sched);
+}
+
+[[noreturn]] inline void fail(const char* fmt, ...) {
+    Group* g = current();
+    if (!g->failed) {
+        int used = 0;
+        if (g->cur != nullptr) {
+            used = std::snprintf(g->err, sizeof g->err,
+                                 "threadgroup (%u,%u,%u) thread (%u,%u,%u) [simdgroup %u lane %u]: ",
+                                 g->tg_pos[0], g->tg_pos[1], g->tg_pos[2], g->cur->pos[0],
+                                 g->cur->pos[1], g->cur->pos[2], g->cur->tid / SIMD_WIDTH,
+                                 g->cur->tid % SIMD_WIDTH);
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        std::vsnprintf(g->err + used, sizeof g->err - used, fmt, ap);
+        va_end(ap);
+        g->failed = true;
+    }
+    // never resumed: the scheduler sees `failed` and abandons the dispatch
+    for (;;) yield_to_scheduler();
+}
+
+// -- threadgroup memory ----------------------------------------------------------------------
+template <class T>
+struct tg_ref {
+    T* p;
+    Shadow* s;
+    const char* name;
+    long long idx;
+
+    void check_read() const {
+        Group* g = current();
+        Thread* t = g->cur;
+        if (!s->init) {
+            // Not an error yet: if another thread writes it before the next barrier this was a
+            // race (a missing barrier); if nobody does, an uninitialized read. Decided at the
+            // write, or at the barrier / the end of the threadgroup.
+            if (s->pend_reader == 0) {
+                s->pend_reader = t->tid + 1;
+                s->pend_epoch = g->epoch;
+                g->pending.push_back(Pending{s, name, idx, t->tid});
+            }
+            return;
+        }
+        if (s->writer != t->tid && s->epoch == g->epoch) {
+            bool same_sg = s->writer / SIMD_WIDTH == t->tid / SIMD_WIDTH;
+            if (!same_sg || s->sepoch == g->sepoch[t->tid / SIMD_WIDTH])
+                fail("data race on threadgroup memory %s[%lld]: written by thread %u and read by "
+                     "thread %u with no threadgroup_barrier between (missing barrier)", name, idx,
+                     s->writer, t->tid);
+        }
+    }
+    void note_write() const {
+        Group* g = current();
+        Thread* t = g->cur;
+        if (s->pend_reader != 0 && s->pend_epoch == g->epoch && s->pend_reader - 1 != t->tid)
+            fail("data race on threadgroup memory %s[%lld]: read by thread %u before thread %u "
+                 "wrote it, with no threadgroup_barrier between (missing barrier)", name, idx,
+                 s->pend_reader - 1, t->tid);
+        if (s->init && s->writer != t->tid && s->epoch == g->epoch) {
+            bool same_sg = s->writer / SIMD_WIDTH == t->tid / SIMD_WIDTH;
+            if (!same_sg || s->sepoch == g->sepoch[t->tid / SIMD_WIDTH])
+                fail("data race on threadgroup memory %s[%lld]: written by threads %u and %u with "
+                     "no threadgroup_barrier between", name, idx, s->writer, t->tid);
+        }
+        s->writer = t->tid;
+        s->epoch = g->epoch;
+        s->sepoch = g->sepoch[t->tid / SIMD_WIDTH];
+        s->init = 1;
+    }
+    operator T() const {
+        check_read();
+        return *p;
+    }
+    T get() const { return T(*this); }
+    const tg_ref& operator=(const T& v) const {
+        note_write();
+        *p = v;
+        return *this;
+    }
+    const tg_ref& operator=(const tg_ref& o) const { return *this = T(o); }
+    template <class U> const tg_ref& operator+=(const U& v) const { return *this = T(get() + v); }
+    template <class U> const tg_ref& operator-=(const U& v) const { return *this = T(get() - v); }
+    template <class U> const tg_ref& operator*=(const U& v) const { return *this = T(get() * v); }
+    template <class U> const tg_ref& operator/=(const U& v) const { return *this = T(get() / v); }
+};
+
+template <class T>
+struct tg_ptr {
+    T* data;
+    Shadow* sh;
+    long long n;  // elements from data
+    long long off;
+    const char* name;
+    template <class I> tg_ref<T> operator[](I i) const {
+        long long k = off + (long long)i;
+        if (k < 0 || k >= n)
+            fail("threadgroup array %s[%lld] indexed at %lld: out of bounds (a threadgroup array "
+                 "smaller than the threads that write it?)", name, n, k);
+        return tg_ref<T>{data + k, sh + k, name, k};
+    }
+    tg_ref<T> operator*() const { return (*this)[0]; }
+    template <class I> tg_ptr operator+(I i) const { return tg_ptr{data, sh, n, off + (long long)i, name}; }
+    template <class I> tg_ptr operator-(I i) const { return tg_ptr{data, sh, n, off - (long long)i, name}; }
+};
+
+template <class T, long long N>
+struct tg_array {
+    T* data;
+    Shadow* sh;
+    const char* name;
+    template <class I> tg_ref<T> operator[](I i) const { return tg_ptr<T>{data, sh, N, 0, name}[i]; }
+    operator tg_ptr<T>() const { return tg_ptr<T>{data, sh, N, 0, name}; }
+    template <class I> tg_ptr<T> operator+(I i) const { return tg_ptr<T>{data, sh, N, (long long)i, name}; }
+};
+
+template <class T, long long N>
+tg_array<T, N> tg_decl(int site, const char* name) {
+    Group* g = current();
+    for (auto& a : g->allocs)
+        if (a.site == site) return tg_array<T, N>{(T*)a.data, a.shadow, name};
+    size_t bytes = sizeof(T) * size_t(N);
+    g->tg_bytes += bytes;
+    if (g->tg_limit && g->tg_bytes > g->tg_limit)
+        fail("threadgroup memory %zu bytes (with %s[%lld]) > the device's %zu", g->tg_bytes, name,
+             (long long)N, g->tg_limit);
+    unsigned char* data = (unsigned char*)std::malloc(bytes ? bytes : 1);
+    std::memset(data, 0xff, bytes);  // poison: NaN for floats, -1 for integers
+    Shadow* sh = (Shadow*)std::calloc(size_t(N) ? size_t(N) : 1, sizeof(Shadow));
+    g->allocs.push_back(TgAlloc{site, bytes, data, sh});
+    return tg_array<T, N>{(T*)data, sh, name};
+}
+
+// -- device memory ---------------------------------------------------------------------------
+template <class T>
+struct dev_ptr {
+    T* base;
+    long long n;  // elements valid from base
+    long long off;
+    const char* name;
+    dev_ptr() : base(nullptr), n(0), off(0), name("?") {}
+    dev_ptr(T* b, long long count, const char* nm, long long o = 0) : base(b), n(count), off(o), name(nm) {}
+    template <class U, class = typename std::enable_if<std::is_same<const U, T>::value>::type>
+    dev_ptr(const dev_ptr<U>& o) : base(o.base), n(o.n), off(o.off), name(o.name) {}  // T* -> const T*
+    template <class I> T& operator[](I i) const {
+        long long k = off + (long long)i;
+        if (k < 0 || k >= n)
+            fail("device buffer %s read or written at element %lld: out of bounds (it holds %lld)",
+                 name, k, n);
+        return base[k];
+    }
+    T& operator*() const { return (*this)[0]; }
+    template <class I> dev_ptr operator+(I i) const { return dev_ptr(base, n, name, off + (long long)i); }
+    template <class I> dev_ptr operator-(I i) const { return dev_ptr(base, n, name, off - (long long)i); }
+    template <class I> dev_ptr& operator+=(I i) { off += (long long)i; return *this; }
+};
+
+// (device const float4*)(p): a view of the same bytes as U, alignment checked at the cast
+template <class U, class T>
+dev_ptr<U> dev_cast(const dev_ptr<T>& p) {
+    long long byte_off = p.off * (long long)sizeof(T);
+    uintptr_t addr = (uintptr_t)((const unsigned char*)p.base + byte_off);
+    size_t align = alignof(U);
+    if (addr % align != 0)
+        fail("device buffer %s cast to a %zu-byte type at byte offset %lld: misaligned (needs "
+             "%zu-byte alignment; vector loads need aligned rows)", p.name, sizeof(U), byte_off, align);
+    long long total = p.n * (long long)sizeof(T);
+    long long remaining = byte_off >= 0 ? (total - byte_off) / (long long)sizeof(U) : 0;
+    return dev_ptr<U>((U*)addr, remaining < 0 ? 0 : remaining, p.name, 0);
+}
+
+// -- collectives -----------------------------------------------------------------------------
+inline void arrive(int op, unsigned size, int64_t arg, CombineFn fn) {
+    Thread* t = me();
+    t->op = op;
+    t->size = size;
+    t->arg = arg;
+    t->combine = fn;
+    t->st = AT_SIMD;
+    yield_to_scheduler();
+}
+
+template <class T> T poison() {
+    T v;
+    std::memset((void*)&v, 0xff, sizeof(T));
+    return v;
+}
+
+}  // namespace porter_rt
+
+// ---------------------------------------------------------------------------------------------
+// MSL types and functions
+namespace metal {
+
+enum class mem_flags { mem_none = 0, mem_device = 1, mem_threadgroup = 2, mem_texture = 4 };
+
+template <class T, int N> struct vec;
+template <class T> struct vec<T, 2> {
+    union { struct { T x, y; }; T v_[2]; };
+    vec() = default;
+    explicit vec(T s) : x(s), y(s) {}
+    vec(T a, T b) : x(a), y(b) {}
+    template <class U> explicit vec(const vec<U, 2>& o) : x(T(o.x)), y(T(o.y)) {}
+    T& operator[](int i) { return v_[i]; }
+    const T& operator[](int i) const { return v_[i]; }
+};
+template <class T> struct vec<T, 3> {
+    union { struct { T x, y, z; }; T v_[4]; };
+    vec() = default;
+    explicit vec(T s) : x(s), y(s), z(s) {}
+    vec(T a, T b, T c) : x(a), y(b), z(c) {}
+    template <class U> explicit vec(const vec<U, 3>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)) {}
+    T& operator[](int i) { return v_[i]; }
+    const T& operator[](int i) const { return v_[i]; }
+};
+template <class T> struct alignas(sizeof(T) * 4) vec<T, 4> {
+    union { struct { T x, y, z, w; }; T v_[4]; };
+    vec() = default;
+    explicit vec(T s) : x(s), y(s), z(s), w(s) {}
+    vec(T a, T b, T c, T d) : x(a), y(b), z(c), w(d) {}
+    template <class U> explicit vec(const vec<U, 4>& o) : x(T(o.x)), y(T(o.y)), z(T(o.z)), w(T(o.w)) {}
+    T& operator[](int i) { return v_[i]; }
+    const T& operator[](int i) const { return v_[i]; }
+};
+
+#define PORTER_VEC_BINOP(OP)                                                              \
+    template <class T, int N> vec<T, N> operator OP(const vec<T, N>& a, const vec<T, N>& b) { \
+        vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = T(a[i] OP b[i]); return r; }          \
+    template <class T, int N> vec<T, N> operator OP(const vec<T, N>& a, T b) {                \
+        vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = T(a[i] OP b); return r; }             \
+    template <class T, int N> vec<T, N> operator OP(T a, const vec<T, N>& b) {                \
+        vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = T(a OP b[i]); return r; }             \
+    template <class T, int N, class U> vec<T, N>& operator OP##=(vec<T, N>& a, const U& b) {  \
+        a = a OP b; return a; }
+PORTER_VEC_BINOP(+)
+PORTER_VEC_BINOP(-)
+PORTER_VEC_BINOP(*)
+PORTER_VEC_BINOP(/)
+#undef PORTER_VEC_BINOP
+template <class T, int N> vec<T, N> operator-(const vec<T, N>& a) {
+    vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = T(-a[i]); return r; }
+
+typedef vec<float, 2> float2; typedef vec<float, 3> float3; typedef vec<float, 4> float4;
+typedef vec<half, 2> half2; typedef vec<half, 3> half3; typedef vec<half, 4> half4;
+typedef vec<bfloat, 2> bfloat2; typedef vec<bfloat, 3> bfloat3; typedef vec<bfloat, 4> bfloat4;
+typedef vec<int, 2> int2; typedef vec<int, 3> int3; typedef vec<int, 4> int4;
+typedef vec<uint, 2> uint2; typedef vec<uint, 3> uint3; typedef vec<uint, 4> uint4;
+typedef vec<ushort, 2> ushort2; typedef vec<ushort, 3> ushort3;
+
+// math: float, half, bfloat (computed in float, as the GPU's half ALUs round per operation)
+#define PORTER_UNARY(NAME, EXPR)                                                         \
+    inline float NAME(float x) { return EXPR; }                                          \
+    inline half NAME(half x) { float xf = float(x); { float x = xf; return half(EXPR); } } \
+    inline bfloat NAME(bfloat x) { float xf = float(x); { float x = xf; return bfloat(EXPR); } } \
+    template <class T, int N> vec<T, N> NAME(const vec<T, N>& v) {                       \
+        vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = NAME(v[i]); return r; }
+PORTER_UNARY(exp, std::exp(x))
+PORTER_UNARY(exp2, std::exp2(x))
+PORTER_UNARY(log, std::log(x))
+PORTER_UNARY(log2, std::log2(x))
+PORTER_UNARY(sqrt, std::sqrt(x))
+PORTER_UNARY(rsqrt, 1.0f / std::sqrt(x))
+PORTER_UNARY(fabs, std::fabs(x))
+PORTER_UNARY(tanh, std::tanh(x))
+PORTER_UNARY(sin, std::sin(x))
+PORTER_UNARY(cos, std::cos(x))
+PORTER_UNARY(floor, std::floor(x))
+PORTER_UNARY(ceil, std::ceil(x))
+PORTER_UNARY(round, std::round(x))
+PORTER_UNARY(trunc, std::trunc(x))
+PORTER_UNARY(sign, (x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x != x ? 0.0f : 0.0f))))
+#undef PORTER_UNARY
+inline float abs(float x) { return std::fabs(x); }
+inline int abs(int x) { return x < 0 ? -x : x; }
+inline long abs(long x) { return x < 0 ? -x : x; }
+
+#define PORTER_BINARY(NAME, EXPR)                                                           \
+    inline float NAME(float a, float b) { return EXPR; }                                    \
+    inline half NAME(half ah, half bh) { float a = float(ah), b = float(bh); return half(EXPR); } \
+    inline bfloat NAME(bfloat ah, bfloat bh) { float a = float(ah), b = float(bh); return bfloat(EXPR); }
+PORTER_BINARY(fmax, std::fmax(a, b))
+PORTER_BINARY(fmin, std::fmin(a, b))
+PORTER_BINARY(pow, std::pow(a, b))
+PORTER_BINARY(powr, std::pow(a, b))
+PORTER_BINARY(copysign, std::copysign(a, b))
+PORTER_BINARY(fmod, std::fmod(a, b))
+#undef PORTER_BINARY
+template <class T, int N> vec<T, N> fmax(const vec<T, N>& a, const vec<T, N>& b) {
+    vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = fmax(a[i], b[i]); return r; }
+template <class T, int N> vec<T, N> fmin(const vec<T, N>& a, const vec<T, N>& b) {
+    vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = fmin(a[i], b[i]); return r; }
+inline float max(float a, float b) { return std::fmax(a, b); }
+inline float min(float a, float b) { return std::fmin(a, b); }
+inline half max(half a, half b) { return half(std::fmax(float(a), float(b))); }
+inline half min(half a, half b) { return half(std::fmin(float(a), float(b))); }
+inline bfloat max(bfloat a, bfloat b) { return bfloat(std::fmax(float(a), float(b))); }
+inline bfloat min(bfloat a, bfloat b) { return bfloat(std::fmin(float(a), float(b))); }
+template <class T, class = typename std::enable_if<std::is_integral<T>::value>::type>
+T max(T a, T b) { return a > b ? a : b; }
+template <class T, class = typename std::enable_if<std::is_integral<T>::value>::type>
+T min(T a, T b) { return a < b ? a : b; }
+template <class T, int N> vec<T, N> max(const vec<T, N>& a, const vec<T, N>& b) { return fmax(a, b); }
+template <class T, int N> vec<T, N> min(const vec<T, N>& a, const vec<T, N>& b) { return fmin(a, b); }
+inline float fma(float a, float b, float c) { return std::fma(a, b, c); }
+inline float clamp(float x, float lo, float hi) { return std::fmin(std::fmax(x, lo), hi); }
+template <class T, class = typename std::enable_if<std::is_integral<T>::value>::type>
+T clamp(T x, T lo, T hi) { return x < lo ? lo : (x > hi ? hi : x); }
+inline float mix(float a, float b, float t) { return a + (b - a) * t; }
+inline float select(float a, float b, bool c) { return c ? b : a; }
+inline bool isnan(float x) { return std::isnan(x); }
+inline bool isinf(float x) { return std::isinf(x); }
+inline bool isfinite(float x) { return std::isfinite(x); }
+template <class T, class U> T as_type(const U& u) {
+    static_assert(sizeof(T) == sizeof(U), "as_type needs types of one size");
+    T t; std::memcpy((void*)&t, (const void*)&u, sizeof(T)); return t;
+}
+namespace precise { using metal::exp; using metal::log; using metal::tanh; using metal::sqrt;
+                    using metal::rsqrt; using metal::exp2; using metal::log2; using metal::pow;
+                    using metal::sin; using metal::cos; }
+namespace fast { using metal::exp; using metal::log; using metal::tanh; using metal::sqrt;
+                 using metal::rsqrt; using metal::exp2; using metal::log2; using metal::pow;
+                 using metal::sin; using metal::cos; }
+
+// -- synchronisation -------------------------------------------------------------------------
+inline void threadgroup_barrier(mem_flags) {
+    porter_rt::Thread* t = porter_rt::me();
+    t->st = porter_rt::AT_BARRIER;
+    porter_rt::yield_to_scheduler();
+}
+
+// -- SIMD-group functions --------------------------------------------------------------------
+namespace detail {
+using porter_rt::Thread;
+template <class T> T in_of(Thread* t) { T v; std::memcpy((void*)&v, t->in, sizeof(T)); return v; }
+template <class T> void set_out(Thread* t, const T& v) { std::memcpy(t->out, (const void*)&v, sizeof(T)); }
+template <class T> T add(const T& a, const T& b) { return T(a + b); }
+template <class T> T mul(const T& a, const T& b) { return T(a * b); }
+template <class T> T vmax(const T& a, const T& b) { return max(a, b); }
+template <class T> T vmin(const T& a, const T& b) { return min(a, b); }
+inline bool vmax(const bool& a, const bool& b) { return a || b; }
+inline bool vmin(const bool& a, const bool& b) { return a && b; }
+template <class T, int OP> void combine(Thread** lanes, int n) {
+    // lanes: 32 slots, nullptr for inactive lanes; n: active count
+    using porter_rt::poison;
+    if (OP <= porter_rt::OP_XOR) {
+        // pairwise tree over lane order: deterministic, and what a shuffle-based tree computes
+        T vals[32]; bool have[32];
+        for (int l = 0; l < 32; ++l) { have[l] = lanes[l] != nullptr; if (have[l]) vals[l] = in_of<T>(lanes[l]); }
+        for (int s = 1; s < 32; s <<= 1)
+            for (int l = 0; l + s < 32; l += 2 * s) {
+                if (!have[l + s]) continue;
+                if (!have[l]) { vals[l] = vals[l + s]; have[l] = true; continue; }
+                if (OP == porter_rt::OP_SUM) vals[l] = add(vals[l], vals[l + s]);
+                else if (OP == porter_rt::OP_PROD) vals[l] = mul(vals[l], vals[l + s]);
+                else if (OP == porter_rt::OP_MAX) vals[l] = vmax(vals[l], vals[l + s]);
+                else if (OP == porter_rt::OP_MIN) vals[l] = vmin(vals[l], vals[l + s]);
+                else porter_rt::fail("bitwise SIMD-group reductions are not implemented here");
+            }
+        for (int l = 0; l < 32; ++l) if (lanes[l]) set_out(lanes[l], vals[0]);
+        return;
+    }
+    for (int l = 0; l < 32; ++l) {
+        Thread* t = lanes[l];
+        if (!t) continue;
+        int64_t a = t->arg;
+        int src = l;
+        switch (OP) {
+            case porter_rt::OP_BROADCAST: case porter_rt::OP_SHUFFLE: src = int(a); break;
+            case porter_rt::OP_BROADCAST_FIRST: { src = 0; while (src < 32 && !lanes[src]) ++src; break; }
+            case porter_rt::OP_SHUFFLE_DOWN: src = l + int(a) < 32 ? l + int(a) : l; break;
+            case porter_rt::OP_SHUFFLE_UP: src = l - int(a) >= 0 ? l - int(a) : l; break;
+            case porter_rt::OP_SHUFFLE_XOR: src = l ^ int(a); break;
+            default: break;
+        }
+        if (OP == porter_rt::OP_PREFIX_EXCL_SUM || OP == porter_rt::OP_PREFIX_INCL_SUM) {
+            T acc = T(0);
+            for (int k = 0; k < l + (OP == porter_rt::OP_PREFIX_INCL_SUM); ++k)
+                if (lanes[k]) acc = add(acc, in_of<T>(lanes[k]));
+            set_out(t, acc);
+            continue;
+        }
+        if (src < 0 || src >= 32 || !lanes[src]) set_out(t, poison<T>());
+        else set_out(t, in_of<T>(lanes[src]));
+    }
+}
+template <class T, int OP> T collective(const T& v, int64_t arg = 0) {
+    static_assert(sizeof(T) <= porter_rt::SLOT, "SIMD-group operand too large");
+    Thread* t = porter_rt::me();
+    std::memcpy(t->in, (const void*)&v, sizeof(T));
+    porter_rt::arrive(OP, sizeof(T), arg, &combine<T, OP>);
+    T r; std::memcpy((void*)&r, t->out, sizeof(T)); return r;
+}
+inline void combine_votes(Thread** lanes, int) {
+    // simd_all / simd_any / simd_is_first on the active lanes
+    bool all = true, any = false; int first = -1;
+    for (int l = 0; l < 32; ++l) if (lanes[l]) { bool b = lanes[l]->in[0] != 0; all = all && b; any = any || b; if (first < 0) first = l; }
+    for (int l = 0; l < 32; ++l) if (lanes[l]) {
+        int op = lanes[l]->op;
+        lanes[l]->out[0] = op == porter_rt::OP_ALL ? all : (op == porter_rt::OP_ANY ? any : l == first);
+    }
+}
+inline bool vote(bool b, int op) {
+    Thread* t = porter_rt::me();
+    t->in[0] = b;
+    porter_rt::arrive(op, 1, 0, &combine_votes);
+    return t->out[0] != 0;
+}
+}  // namespace detail
+
+template <class T> T simd_sum(T v) { return detail::collective<T, porter_rt::OP_SUM>(v); }
+template <class T> T simd_product(T v) { return detail::collective<T, porter_rt::OP_PROD>(v); }
+template <class T> T simd_max(T v) { return detail::collective<T, porter_rt::OP_MAX>(v); }
+template <class T> T simd_min(T v) { return detail::collective<T, porter_rt::OP_MIN>(v); }
+template <class T> T simd_broadcast(T v, ushort lane) { return detail::collective<T, porter_rt::OP_BROADCAST>(v, lane); }
+template <class T> T simd_broadcast_first(T v) { return detail::collective<T, porter_rt::OP_BROADCAST_FIRST>(v); }
+template <class T> T simd_shuffle(T v, ushort lane) { return detail::collective<T, porter_rt::OP_SHUFFLE>(v, lane); }
+template <class T> T simd_shuffle_down(T v, ushort d) { return detail::collective<T, porter_rt::OP_SHUFFLE_DOWN>(v, d); }
+template <class T> T simd_shuffle_up(T v, ushort d) { return detail::collective<T, porter_rt::OP_SHUFFLE_UP>(v, d); }
+template <class T> T simd_shuffle_xor(T v, ushort m) { return detail::collective<T, porter_rt::OP_SHUFFLE_XOR>(v, m); }
+template <class T> T simd_prefix_exclusive_sum(T v) { return detail::collective<T, porter_rt::OP_PREFIX_EXCL_SUM>(v); }
+template <class T> T simd_prefix_inclusive_sum(T v) { return detail::collective<T, porter_rt::OP_PREFIX_INCL_SUM>(v); }
+inline bool simd_all(bool b) { return detail::vote(b, porter_rt::OP_ALL); }
+inline bool simd_any(bool b) { return detail::vote(b, porter_rt::OP_ANY); }
+inline bool simd_is_first() { return detail::vote(true, porter_rt::OP_IS_FIRST); }
+inline void simdgroup_barrier(mem_flags) {
+    detail::vote(true, porter_rt::OP_SIMD_BARRIER);
+}
+
+}  // namespace metal
+
+// ---------------------------------------------------------------------------------------------
+// the dispatch: threadgroups one after another, each threadgroup's threads as fibers
+namespace porter_rt {
+
+inline std::vector<unsigned char>& stack_pool() {
+    static thread_local std::vector<unsigned char> pool;
+    return pool;
+}
+
+inline void fiber_main() {
+    Group* g = current();
+    Thread* t = g->cur;
+    g->thunk(g->fn, t);
+    t->st = DONE;
+    switch_ctx(&t->ctx, &g->sched);  // never resumed
+    std::abort();
+}
+
+// A read of threadgroup memory that no thread wrote before the barrier (or the end) closing its
+// interval: report the first one.
+inline bool judge_pending(Group& g, const char* when) {
+    if (g.pending.empty()) return false;
+    const Pending& p = g.pending[0];
+    std::snprintf(g.err, sizeof g.err,
+                  "threadgroup (%u,%u,%u): thread %u read threadgroup memory %s[%lld] but no "
+                  "thread wrote it before %s (uninitialized: fewer threads than the kernel "
+                  "assumes, or a missing write)",
+                  g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], p.reader, p.name, p.idx, when);
+    return true;
+}
+
+inline const char* state_name(State s) {
+    switch (s) {
+        case RUNNABLE: return "running";
+        case AT_BARRIER: return "threadgroup_barrier";
+        case AT_SIMD: return "a SIMD-group function";
+        default: return "returned";
+    }
+}
+
+// Returns 0, or 1 with `err` set.
+inline int run_group(Group& g) {
+    Thread* th = g.threads.data();
+    const uint32_t n = g.n;
+    const uint32_t nsg = (n + SIMD_WIDTH - 1) / SIMD_WIDTH;
+    unsigned char* stacks = stack_pool().data();
+    for (uint32_t i = 0; i < n; ++i) {
+        Thread& t = th[i];
+        t.tid = i;
+        t.pos[0] = i % g.tpt[0];
+        t.pos[1] = (i / g.tpt[0]) % g.tpt[1];
+        t.pos[2] = i / (g.tpt[0] * g.tpt[1]);
+        t.st = RUNNABLE;
+        init_ctx(&t.ctx, stacks + size_t(i) * STACK_BYTES, STACK_BYTES, fiber_main);
+    }
+    g.epoch = 1;
+    g.sepoch.assign(nsg, 1);
+    Thread* lanes[SIMD_WIDTH];
+    for (;;) {
+        bool progressed = false;
+        // highest index first: a write another thread reads without a barrier is seen as a race
+        for (uint32_t k = n; k-- > 0;) {
+            if (th[k].st != RUNNABLE) continue;
+            g.cur = &th[k];
+            switch_ctx(&g.sched, &th[k].ctx);
+            g.cur = nullptr;
+            progressed = true;
+            if (g.failed) return 1;
+        }
+        uint32_t live = 0, at_barrier = 0, done = 0;
+        for (uint32_t sg = 0; sg < nsg; ++sg) {
+            int active = 0, waiting = 0;
+            for (int l = 0; l < SIMD_WIDTH; ++l) {
+                uint32_t i = sg * SIMD_WIDTH + l;
+                lanes[l] = nullptr;
+                if (i >= n || th[i].st == DONE) continue;
+                ++active;
+                if (th[i].st == AT_SIMD) { ++waiting; lanes[l] = &th[i]; }
+            }
+            if (active == 0 || waiting != active) continue;
+            int op = -1;
+            for (int l = 0; l < SIMD_WIDTH; ++l) {
+                if (!lanes[l]) continue;
+                bool vote_mix = (lanes[l]->op == OP_ALL || lanes[l]->op == OP_ANY ||
+                                 lanes[l]->op == OP_IS_FIRST);
+                if (op < 0) op = lanes[l]->op;
+                else if (lanes[l]->op != op && !vote_mix) {
+                    std::snprintf(g.err, sizeof g.err,
+                                  "threadgroup (%u,%u,%u) SIMD-group %u: divergent SIMD-group "
+                                  "functions: lane %d called %s while another lane called %s",
+                                  g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], sg, l,
+                                  OP_NAMES[lanes[l]->op], OP_NAMES[op]);
+                    return 1;
+                }
+            }
+            for (int l = 0; l < SIMD_WIDTH; ++l) if (lanes[l]) { g.cur = lanes[l]; break; }
+            if (op == OP_SIMD_BARRIER) ++g.sepoch[sg];
+            else {
+                Thread* first = g.cur;
+                first->combine(lanes, waiting);
+                if (g.failed) return 1;
+            }
+            g.cur = nullptr;
+            for (int l = 0; l < SIMD_WIDTH; ++l) if (lanes[l]) lanes[l]->st = RUNNABLE;
+            progressed = true;
+        }
+        for (uint32_t i = 0; i < n; ++i) {
+            if (th[i].st == DONE) { ++done; continue; }
+            ++live;
+            if (th[i].st == AT_BARRIER) ++at_barrier;
+        }
+        if (live == 0) return judge_pending(g, "the threadgroup finished") ? 1 : 0;
+        if (at_barrier == live) {
+            if (done > 0) {
+                std::snprintf(g.err, sizeof g.err,
+                              "threadgroup (%u,%u,%u): threadgroup_barrier reached by %u of %u "
+                              "threads; the other %u returned before it (a barrier every thread "
+                              "must reach is in divergent control flow)",
+                              g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], at_barrier, n, done);
+                return 1;
+            }
+            if (judge_pending(g, "the next threadgroup_barrier")) return 1;
+            ++g.epoch;
+            for (uint32_t i = 0; i < n; ++i) th[i].st = RUNNABLE;
+            continue;
+        }
+        if (!progressed) {
+            uint32_t counts[4] = {0, 0, 0, 0};
+            for (uint32_t i = 0; i < n; ++i) ++counts[th[i].st];
+            std::snprintf(g.err, sizeof g.err,
+                          "threadgroup (%u,%u,%u): deadlock: %u thread(s) wait at "
+                          "threadgroup_barrier, %u at a SIMD-group function whose other lanes "
+                          "never arrive, %u returned (threads diverged at a barrier or a "
+                          "SIMD-group function)",
+                          g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], counts[AT_BARRIER],
+                          counts[AT_SIMD], counts[DONE]);
+            return 1;
+        }
+    }
+}
+
+struct Launch {
+    uint32_t ngroups[3];
+    uint32_t tpt[3];
+    size_t tg_limit;
+};
+
+template <class F>
+int launch(const uint32_t* ngroups, const uint32_t* tpt, long long tg_limit, char* err, int errlen, F&& f) {
+    Group g;
+    g.n = tpt[0] * tpt[1] * tpt[2];
+    for (int d = 0; d < 3; ++d) { g.tpt[d] = tpt[d]; g.ngroups[d] = ngroups[d]; }
+    if (g.n == 0 || g.n > 1024) {
+        std::snprintf(err, errlen, "threads per threadgroup %u x %u x %u = %u: must be 1..1024",
+                      tpt[0], tpt[1], tpt[2], g.n);
+        return 1;
+    }
+    size_t need = size_t(g.n) * STACK_BYTES;
+    if (stack_pool().size() < need) stack_pool().resize(need);
+    g.threads.resize(g.n);
+    g.tg_limit = tg_limit > 0 ? size_t(tg_limit) : 0;
+    g.fn = (void*)&f;
+    g.thunk = [](void* fn, Thread* t) { (*(typename std::remove_reference<F>::type*)fn)(t); };
+    Group* saved = current();
+    current() = &g;
+    int rc = 0;
+    for (uint32_t z = 0; z < ngroups[2] && rc == 0; ++z)
+        for (uint32_t y = 0; y < ngroups[1] && rc == 0; ++y)
+            for (uint32_t x = 0; x < ngroups[0] && rc == 0; ++x) {
+                g.tg_pos[0] = x; g.tg_pos[1] = y; g.tg_pos[2] = z;
+                g.failed = false;
+                g.err[0] = 0;
+                g.cur = nullptr;
+                g.tg_bytes = 0;
+                g.pending.clear();
+                rc = run_group(g);
+                for (auto& a : g.allocs) { std::free(a.data); std::free(a.shadow); }
+                g.allocs.clear();
+            }
+    current() = saved;
+    if (rc) std::snprintf(err, errlen, "%s", g.err);
+    return rc;
+}
+
+// Attribute values for the current thread.
+enum Attr {
+    A_THREAD_POSITION_IN_GRID, A_THREADGROUP_POSITION_IN_GRID, A_THREAD_POSITION_IN_THREADGROUP,
+    A_THREADS_PER_THREADGROUP, A_THREADGROUPS_PER_GRID, A_THREADS_PER_GRID,
+    A_THREAD_INDEX_IN_THREADGROUP, A_THREAD_INDEX_IN_SIMDGROUP, A_SIMDGROUP_INDEX_IN_THREADGROUP,
+    A_THREADS_PER_SIMDGROUP, A_SIMDGROUPS_PER_THREADGROUP
+};
+
+inline void attr3(Attr a, Thread* t, uint32_t out[3]) {
+    Group* g = current();
+    for (int d = 0; d < 3; ++d) {
+        switch (a) {
+            case A_THREAD_POSITION_IN_GRID: out[d] = g->tg_pos[d] * g->tpt[d] + t->pos[d]; break;
+            case A_THREADGROUP_POSITION_IN_GRID: out[d] = g->tg_pos[d]; break;
+            case A_THREAD_POSITION_IN_THREADGROUP: out[d] = t->pos[d]; break;
+            case A_THREADS_PER_THREADGROUP: out[d] = g->tpt[d]; break;
+            case A_THREADGROUPS_PER_GRID: out[d] = g->ngroups[d]; break;
+            case A_THREADS_PER_GRID: out[d] = g->ngroups[d] * g->tpt[d]; break;
+            case A_THREAD_INDEX_IN_THREADGROUP: out[d] = d == 0 ? t->tid : 0; break;
+            case A_THREAD_INDEX_IN_SIMDGROUP: out[d] = d == 0 ? t->tid % SIMD_WIDTH : 0; break;
+            case A_SIMDGROUP_INDEX_IN_THREADGROUP: out[d] = d == 0 ? t->tid / SIMD_WIDTH : 0; break;
+            case A_THREADS_PER_SIMDGROUP: out[d] = d == 0 ? SIMD_WIDTH : 0; break;
+            case A_SIMDGROUPS_PER_THREADGROUP: out[d] = d == 0 ? (g->n + SIMD_WIDTH - 1) / SIMD_WIDTH : 0; break;
+        }
+    }
+}
+
+template <class T> struct attr_as {
+    static T get(Attr a, Thread* t) { uint32_t v[3]; attr3(a, t, v); return T(v[0]); }
+};
+template <class U> struct attr_as<metal::vec<U, 2>> {
+    static metal::vec<U, 2> get(Attr a, Thread* t) { uint32_t v[3]; attr3(a, t, v); return metal::vec<U, 2>(U(v[0]), U(v[1])); }
+};
+template <class U> struct attr_as<metal::vec<U, 3>> {
+    static metal::vec<U, 3> get(Attr a, Thread* t) { uint32_t v[3]; attr3(a, t, v); return metal::vec<U, 3>(U(v[0]), U(v[1]), U(v[2])); }
+};
+
+}  // namespace porter_rt
+
+// Address spaces: `device`/`threadgroup` pointers are rewritten to checked types by the
+// translator (targets/metal_exec/translate.py); what is left of the keywords means nothing here.
+#define device
+#define thread
+#define constant const
+#define kernel
+#define PORTER_TG(T, NAME, N, SITE) \
+    auto NAME = porter_rt::tg_decl<T, (long long)(N)>(SITE, #NAME)

@@ -1,0 +1,262 @@
+"""Metal Shading Language -> C++ for the CPU executor (the subset porter emits).
+
+What changes, and why:
+
+- `#include <metal_stdlib>` becomes the executor's header (`metal_stdlib.h` beside this file);
+- `kernel void NAME(...)` becomes a plain C++ function, its `[[buffer(i)]]` and thread-position
+  attributes are read off into a `KernelSig`, and an `extern "C" porter_launch_NAME` entry calls
+  it once per thread (a fiber) with the buffers and that thread's positions;
+- `device T*` / `constant T*` become bounds-checked `porter_rt::dev_ptr<T>`, a cast
+  `(device const float4*)(p)` becomes `porter_rt::dev_cast<const float4>(p)` (alignment-checked);
+- `threadgroup T name[N];` becomes one allocation shared by the threadgroup's threads
+  (`PORTER_TG`), bounds- and race-checked; `threadgroup T*` becomes `porter_rt::tg_ptr<T>`;
+- any other `[[...]]` attribute (e.g. `max_total_threads_per_threadgroup(N)`) is dropped after its
+  value is recorded.
+
+Comments are removed first, so nothing in them is taken for code.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Thread-position attributes -> the runtime's enum (targets/metal_exec/metal_stdlib.h).
+ATTRIBUTES = {
+    "thread_position_in_grid": "A_THREAD_POSITION_IN_GRID",
+    "threadgroup_position_in_grid": "A_THREADGROUP_POSITION_IN_GRID",
+    "thread_position_in_threadgroup": "A_THREAD_POSITION_IN_THREADGROUP",
+    "threads_per_threadgroup": "A_THREADS_PER_THREADGROUP",
+    "threadgroups_per_grid": "A_THREADGROUPS_PER_GRID",
+    "threads_per_grid": "A_THREADS_PER_GRID",
+    "thread_index_in_threadgroup": "A_THREAD_INDEX_IN_THREADGROUP",
+    "thread_index_in_simdgroup": "A_THREAD_INDEX_IN_SIMDGROUP",
+    "simdgroup_index_in_threadgroup": "A_SIMDGROUP_INDEX_IN_THREADGROUP",
+    "threads_per_simdgroup": "A_THREADS_PER_SIMDGROUP",
+    "thread_execution_width": "A_THREADS_PER_SIMDGROUP",
+    "simdgroups_per_threadgroup": "A_SIMDGROUPS_PER_THREADGROUP",
+}
+
+_TYPE = r"[A-Za-z_]\w*"
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_KERNEL_RE = re.compile(r"(?:\[\[[^\]]*\]\]\s*)*\bkernel\s+void\s+([A-Za-z_]\w*)\s*\(")
+_MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
+_TG_DECL_RE = re.compile(
+    rf"\bthreadgroup\s+({_TYPE})\s+([A-Za-z_]\w*)\s*((?:\[[^\]]+\]\s*)+);")
+_DEV_CAST_RE = re.compile(
+    rf"\(\s*(const\s+)?(device|constant)\s+(const\s+)?({_TYPE})\s*\*\s*\)\s*(\(|[A-Za-z_]\w*)")
+_DEV_PTR_RE = re.compile(rf"(const\s+)?\b(device|constant)\s+(const\s+)?({_TYPE})\s*\*")
+_TG_PTR_RE = re.compile(rf"(const\s+)?\bthreadgroup\s+(const\s+)?({_TYPE})\s*\*")
+_ATTR_RE = re.compile(r"\[\[\s*([^\]]*?)\s*\]\]")
+
+
+class TranslateError(ValueError):
+    """Metal source the executor cannot take: names the construct and where."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One kernel parameter.
+
+    kind: "buffer" (a `[[buffer(i)]]`: a pointer or a `constant T&` scalar) or "attr" (a
+    thread-position attribute). type: the element type ("bfloat", "long", "uint3").
+    """
+
+    name: str
+    kind: str
+    type: str
+    index: int | None = None
+    pointer: bool = False
+    const: bool = False
+    attr: str | None = None
+
+
+@dataclass(frozen=True)
+class KernelSig:
+    """A kernel's name, its parameters in order, and any declared thread limit."""
+
+    name: str
+    params: tuple[Param, ...]
+    max_threads: int | None = None
+
+    def buffers(self) -> tuple[Param, ...]:
+        """The buffer parameters in buffer-index order."""
+        return tuple(sorted((p for p in self.params if p.kind == "buffer"),
+                            key=lambda p: p.index or 0))
+
+
+@dataclass(frozen=True)
+class Translation:
+    """C++ source for the executor and the kernels it defines."""
+
+    cpp: str
+    kernels: tuple[KernelSig, ...]
+
+
+def strip_comments(source: str) -> str:
+    """Comments replaced by spaces/newlines (line numbers kept)."""
+    return _COMMENT_RE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), source)
+
+
+def _split_params(text: str) -> list[str]:
+    parts, depth, cur = [], 0, []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if text.startswith("[[", i):
+            end = text.index("]]", i) + 2
+            cur.append(text[i:end])
+            i = end
+            continue
+        if ch in "(<[":
+            depth += 1
+        elif ch in ")>]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur).strip())
+            cur = []
+        else:
+            cur.append(ch)
+        i += 1
+    if "".join(cur).strip():
+        parts.append("".join(cur).strip())
+    return parts
+
+
+def _matching_paren(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "(":
+            depth += 1
+        elif text[i] == ")":
+            depth -= 1
+            if depth == 0:
+                return i
+    raise TranslateError("unbalanced parentheses in a kernel signature")
+
+
+def _parse_param(kernel: str, text: str) -> tuple[Param, str]:
+    """The parameter and its C++ declaration (attributes removed, pointers rewritten)."""
+    attrs = _ATTR_RE.findall(text)
+    decl = _ATTR_RE.sub("", text).strip()
+    match = re.search(r"([A-Za-z_]\w*)\s*$", decl)
+    if not match:
+        raise TranslateError(f"kernel {kernel}: cannot read the parameter {text!r}")
+    name = match.group(1)
+    type_text = decl[:match.start()].strip()
+    if not attrs:
+        raise TranslateError(f"kernel {kernel}: parameter {name!r} has no [[buffer(i)]] or "
+                             "thread-position attribute")
+    attr = attrs[0]
+    buf = re.fullmatch(r"buffer\s*\(\s*(\d+)\s*\)", attr)
+    if buf:
+        ptr = _DEV_PTR_RE.search(type_text)
+        if ptr:
+            const = bool(ptr.group(1) or ptr.group(3)) or ptr.group(2) == "constant"
+            elem = ptr.group(4)
+            param = Param(name, "buffer", elem, int(buf.group(1)), pointer=True, const=const)
+        else:
+            ref = re.fullmatch(rf"(?:const\s+)?(constant|device)?\s*(const\s+)?({_TYPE})\s*&", type_text)
+            if not ref:
+                raise TranslateError(f"kernel {kernel}: buffer parameter {name!r} of type "
+                                     f"{type_text!r} is neither a pointer nor a reference")
+            param = Param(name, "buffer", ref.group(3), int(buf.group(1)), pointer=False,
+                          const=True)
+        return param, _rewrite_pointers(type_text) + " " + name
+    if attr not in ATTRIBUTES:
+        raise TranslateError(f"kernel {kernel}: attribute [[{attr}]] of {name!r} is not one the "
+                             f"executor implements ({', '.join(sorted(ATTRIBUTES))})")
+    return Param(name, "attr", type_text, attr=attr), type_text + " " + name
+
+
+def _rewrite_pointers(text: str) -> str:
+    def cast(m: re.Match[str]) -> str:
+        const = "const " if (m.group(1) or m.group(3) or m.group(2) == "constant") else ""
+        nxt = m.group(5)
+        target = f"porter_rt::dev_cast<{const}{m.group(4)}>"
+        return target + ("(" if nxt == "(" else f"({nxt})")
+
+    text = _DEV_CAST_RE.sub(cast, text)
+
+    def dev(m: re.Match[str]) -> str:
+        const = "const " if (m.group(1) or m.group(3) or m.group(2) == "constant") else ""
+        return f"porter_rt::dev_ptr<{const}{m.group(4)}> "
+
+    text = _DEV_PTR_RE.sub(dev, text)
+    return _TG_PTR_RE.sub(lambda m: f"porter_rt::tg_ptr<{m.group(3)}> ", text)
+
+
+def translate(source: str, header: str = "metal_stdlib.h") -> Translation:
+    """C++ for `source` and the signatures of its kernels.
+
+    Raises:
+        TranslateError: a construct outside the executor's subset (named).
+    """
+    src = strip_comments(source)
+    if not _KERNEL_RE.search(src):
+        raise TranslateError("no `kernel void NAME(...)` in the Metal source")
+    src = re.sub(r"#\s*include\s*<metal_stdlib>", f'#include "{header}"', src)
+    src = re.sub(r"#\s*include\s*<metal_\w+>", "", src)
+    kernels: list[KernelSig] = []
+    out: list[str] = []
+    pos = 0
+    for match in _KERNEL_RE.finditer(src):
+        name = match.group(1)
+        limit = _MAX_THREADS_RE.search(match.group(0))
+        open_at = match.end() - 1
+        close_at = _matching_paren(src, open_at)
+        params, decls = [], []
+        for text in _split_params(src[open_at + 1:close_at]):
+            p, d = _parse_param(name, text)
+            params.append(p)
+            decls.append(d)
+        kernels.append(KernelSig(name, tuple(params), int(limit.group(1)) if limit else None))
+        out.append(src[pos:match.start()])
+        out.append(f"static void {name}(" + ", ".join(decls) + ")")
+        pos = close_at + 1
+    out.append(src[pos:])
+    body = "".join(out)
+    site = iter(range(1, 1 << 30))
+
+    def tg_decl(m: re.Match[str]) -> str:
+        dims = re.findall(r"\[([^\]]+)\]", m.group(3))
+        size = " * ".join(f"({d.strip()})" for d in dims)
+        if len(dims) != 1:
+            raise TranslateError(f"threadgroup {m.group(1)} {m.group(2)}{m.group(3)}: only "
+                                 "one-dimensional threadgroup arrays are supported")
+        return f"PORTER_TG({m.group(1)}, {m.group(2)}, {size}, {next(site)});"
+
+    body = _TG_DECL_RE.sub(tg_decl, body)
+    body = _rewrite_pointers(body)
+    body = _ATTR_RE.sub("", body)
+    leftover = re.search(r"\bthreadgroup\s+\w+\s+\w+\s*\[", body)
+    if leftover:
+        raise TranslateError(f"unsupported threadgroup declaration near {leftover.group(0)!r}")
+    entries = [_entry(k) for k in kernels]
+    return Translation(body + "\n" + "\n".join(entries), tuple(kernels))
+
+
+def _entry(k: KernelSig) -> str:
+    args = []
+    for p in k.params:
+        if p.kind == "attr":
+            enum = ATTRIBUTES[p.attr or ""]
+            args.append(f"porter_rt::attr_as<{p.type}>::get(porter_rt::{enum}, t)")
+        elif p.pointer:
+            t = ("const " if p.const else "") + p.type
+            args.append(f"porter_rt::dev_ptr<{t}>(({t}*)bufs[{p.index}], "
+                        f"nbytes[{p.index}] / (long long)sizeof({t}), \"{p.name}\")")
+        else:
+            args.append(f"*(const {p.type}*)bufs[{p.index}]")
+    call = f"{k.name}(" + ", ".join(args) + ");"
+    return (
+        f'extern "C" int porter_launch_{k.name}(void** bufs, const long long* nbytes, '
+        "const unsigned* ngroups, const unsigned* tpt, long long tg_limit, char* err, int errlen) {\n"
+        "    (void)bufs; (void)nbytes;\n"
+        "    return porter_rt::launch(ngroups, tpt, tg_limit, err, errlen, "
+        "[&](porter_rt::Thread* t) {\n"
+        "        (void)t;\n"
+        f"        {call}\n"
+        "    });\n"
+        "}\n"
+    )
