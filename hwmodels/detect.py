@@ -229,7 +229,7 @@ def detect(probes: Sequence[Probe] | None = None) -> Detection:
         clause per probe saying why) or when the reported name matches no YAML (the reason
         names it). Never raises.
     """
-    from hwmodels import registry  # lazy: hwmodels/__init__ imports this module
+    from hwmodels.catalog import registry
 
     notes: list[str] = []
     for probe in probes if probes is not None else DEFAULT_PROBES:

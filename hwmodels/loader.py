@@ -39,7 +39,7 @@ from hwmodels.model import HardwareModel
 from hwmodels.model import MeasuredCeiling
 from hwmodels.model import Memory
 from hwmodels.model import Vendor
-from porter.errors import PorterError
+from hwmodels.errors import PorterError
 
 log = logging.getLogger(__name__)
 

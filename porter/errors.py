@@ -11,9 +11,7 @@ device whose YAML did not load; both of the others).
 
 from __future__ import annotations
 
-
-class PorterError(Exception):
-    """Base of every user-facing error raised by the porter."""
+from hwmodels.errors import PorterError  # noqa: F401 - the root, owned by the lowest package
 
 
 class SpecError(PorterError):

@@ -14,6 +14,8 @@ from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
 
+from targets.tiers import Tier
+
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
 
@@ -78,6 +80,40 @@ class CompileReport:
     notes: tuple[str, ...] = ()  # e.g. "Metal: code emission only, no compiler on this machine"
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do on this machine; the porter asks this instead of testing names.
+
+    language: what it emits: "triton" (a Python module of `@triton.jit` kernels and a
+        `launch`) or "metal" (Metal Shading Language source).
+    compiles_here: it builds for the target's arch here and reads the resources (tier
+        compiled); False: source is emitted and checked statically (tier emitted).
+    cpu_check: how a candidate's correctness is checked without the device: "interpreter"
+        (the Triton interpreter; tier interpreted), "emulator" (an MSL executor on the CPU;
+        tier emulated), or None (not checked here).
+    runs_existing_kernels: a spec's own Triton kernel (TRITON_KERNEL) runs on it, so it
+        competes as a candidate.
+    """
+
+    language: str
+    compiles_here: bool
+    cpu_check: str | None
+    runs_existing_kernels: bool
+
+    @property
+    def tier_here(self) -> str:
+        """The highest tier a candidate reaches on a machine without the device."""
+        if self.cpu_check == "interpreter":
+            return Tier.INTERPRETED
+        if self.cpu_check == "emulator":
+            return Tier.EMULATED
+        return Tier.COMPILED if self.compiles_here else Tier.EMITTED
+
+
+TRITON_CAPABILITIES = Capabilities(language="triton", compiles_here=True, cpu_check="interpreter",
+                                   runs_existing_kernels=True)
+
+
 class CompileError(Exception):
     """A kernel failed to build for a target; the message names kernel, target and cause."""
 
@@ -86,6 +122,14 @@ class TargetBackend(ABC):
     """One code dialect. Instances are stateless; look them up through `targets.registry`."""
 
     name: str  # "triton-cuda"
+
+    def capabilities(self) -> Capabilities:
+        """What this backend does here, e.g. triton-cuda: Capabilities("triton",
+        compiles_here=True, cpu_check="interpreter", runs_existing_kernels=True); metal:
+        ("metal", False, None, False) until an MSL executor is present. Never raises.
+        This default claims nothing beyond emitting source in the backend's own dialect."""
+        return Capabilities(language=self.name, compiles_here=False, cpu_check=None,
+                            runs_existing_kernels=False)
 
     @abstractmethod
     def supports(self, hw: HardwareModel) -> bool:

@@ -310,7 +310,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     from triton.backends.compiler import GPUTarget
 
     from targets.loading import KernelLoadError, load_kernel
-    from targets.triton_common import build_source
+    from targets.triton_source import build_source
 
     try:
         fn = load_kernel(request["file"], request["function"])

@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING
 
 from targets import occupancy as occupancy_mod
+from targets.base import Capabilities
 from targets.base import CompileError
 from targets.base import CompileReport
 from targets.base import KernelRef
@@ -101,6 +102,12 @@ class MetalBackend(TargetBackend):
 
     name = "metal"
     known_knobs: frozenset[str] = frozenset()
+
+    def capabilities(self) -> Capabilities:
+        """Metal source, emitted and checked statically; no check runs here (an MSL executor
+        on the CPU would make cpu_check "emulator"); a Triton kernel does not run on it."""
+        return Capabilities(language="metal", compiles_here=False, cpu_check=None,
+                            runs_existing_kernels=False)
 
     def supports(self, hw: HardwareModel) -> bool:
         """True for models built with Metal (hw.build.backend == "metal")."""

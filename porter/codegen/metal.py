@@ -17,6 +17,8 @@ from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
 from porter.codegen.emit import KernelArgs
 from porter.codegen.ir import Node
+from porter.codegen.templates import ENV
+from porter.codegen.templates import safe_name
 
 if TYPE_CHECKING:
     from porter.codegen.op import GeneratedOp
@@ -45,8 +47,6 @@ def _param_decl(name: str, kind: str, io: torch.dtype, op: GeneratedOp) -> str:
 
 def render(op: GeneratedOp, config: dict[str, Any]) -> str:
     """Metal source for `op` with `config` ({"threads": 256, "dtype": "bf16"} optional)."""
-    from porter.codegen.op import _ENV
-    from porter.codegen.op import _safe
 
     io = _DT.get(config.get("dtype", ""), None)
     if io is None:
@@ -55,7 +55,7 @@ def render(op: GeneratedOp, config: dict[str, Any]) -> str:
     g = op.graph
     args = KernelArgs(g.symbols)
     common = {"name": op.name, "family": op.family, "fused_ops": list(op.fusion.ops),
-              "kname": "porter_" + _safe(op.name)}
+              "kname": "porter_" + safe_name(op.name)}
     if op.plan is None:
         em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
         em.flat = True
@@ -65,7 +65,7 @@ def render(op: GeneratedOp, config: dict[str, Any]) -> str:
             args.output_ptr(j)
             em.emit(f"out{j}[offs] = {_cast(o, io)}({val});")
         params = [_param_decl(p, k, io, op) for p, k in zip(args.params, args.kinds, strict=True)]
-        return _ENV.get_template("metal_elementwise.metal.j2").render(
+        return ENV.get_template("metal_elementwise.metal.j2").render(
             **common, params=params, body=em.lines)
     plan = op.plan
     em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
@@ -133,7 +133,7 @@ def render(op: GeneratedOp, config: dict[str, Any]) -> str:
         pem.emit("}")
         post_note = pem.lines
     params = [_param_decl(p, k, io, op) for p, k in zip(args.params, args.kinds, strict=True)]
-    src = _ENV.get_template("metal_rowwise.metal.j2").render(
+    src = ENV.get_template("metal_rowwise.metal.j2").render(
         **common, params=params, body=body, row_coord_lines=coord_lines,
         threads=int(config.get("threads", 256)))
     if post_note:

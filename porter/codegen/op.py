@@ -9,11 +9,9 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
-import jinja2
 import sympy
 import torch
 
@@ -35,6 +33,9 @@ from porter.codegen.ir import Node
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import classify
 from porter.codegen.plan import row_plan
+from porter.codegen.templates import ENV as _ENV
+from porter.codegen.templates import TEMPLATES  # noqa: F401 - importable from here as before
+from porter.codegen.templates import safe_name as _safe
 from porter.codegen.trace import trace
 
 if TYPE_CHECKING:
@@ -42,10 +43,6 @@ if TYPE_CHECKING:
     from targets.base import KernelRef
 
 log = logging.getLogger(__name__)
-TEMPLATES = Path(__file__).resolve().parents[1] / "templates"
-_ENV = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), trim_blocks=True,
-                          lstrip_blocks=True, keep_trailing_newline=True,
-                          undefined=jinja2.StrictUndefined)
 
 
 @dataclass(frozen=True)
@@ -67,10 +64,6 @@ class KernelInfo:
     constexprs: tuple[str, ...]
     strategies: tuple[str, ...]  # configs whose "strategy" runs this kernel
     launch: tuple[str, ...] = ()  # launcher expression per runtime param (to type int hints)
-
-
-def _safe(name: str) -> str:
-    return "".join(c if c.isalnum() else "_" for c in name).strip("_").lower() or "op"
 
 
 @dataclass

@@ -137,7 +137,7 @@ def _show_text(m: HardwareModel) -> str:
             )
             out.append(f"    method: {e.method}")
     else:
-        out.append("  none yet (run `python -m hwmodels.measure_ceilings --write` on the device)")
+        out.append("  none yet (run `python -m harness.measure_ceilings --write` on the device)")
     if m.notes:
         out.append(f"notes: {m.notes}")
     out.append("")

@@ -1,7 +1,7 @@
 """Measure a GPU's practical ceilings and record them as `measured:` entries of its YAML.
 
-    python -m hwmodels.measure_ceilings            # print the entries as YAML
-    python -m hwmodels.measure_ceilings --write    # ...and append them to the device's YAML
+    python -m harness.measure_ceilings            # print the entries as YAML
+    python -m harness.measure_ceilings --write    # ...and append them to the device's YAML
 
 Two ceilings, the ones the roofline and projection code compare kernels against:
 
@@ -36,7 +36,7 @@ from hwmodels.loader import UnknownDeviceError
 from hwmodels.loader import load_file
 
 EXIT_NO_GPU = 2
-SCRIPT = "hwmodels/measure_ceilings.py"
+SCRIPT = "harness/measure_ceilings.py"
 
 
 @dataclass(frozen=True)
@@ -224,7 +224,7 @@ def append_to_yaml(path: Path, entries: list[Measurement]) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Measures the ceilings of the GPU this runs on; prints them, and with --write records them."""
     parser = argparse.ArgumentParser(
-        prog="python -m hwmodels.measure_ceilings", description=__doc__.split("\n")[0]
+        prog="python -m harness.measure_ceilings", description=__doc__.split("\n")[0]
     )
     parser.add_argument(
         "--write", action="store_true", help="append the entries to the device's YAML"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import hwmodels
-from hwmodels import measure_ceilings as mc
+from harness import measure_ceilings as mc
 
 ENTRIES = [
     mc.Measurement(
