@@ -12,8 +12,9 @@ from typing import Any
 if TYPE_CHECKING:
     from porter.loader import PackedOp
     from porter.loader import load_pack
+    from porter.patching import patch
 
-__all__ = ["PackedOp", "load_pack"]
+__all__ = ["PackedOp", "load_pack", "patch"]
 
 
 def __getattr__(name: str) -> Any:
@@ -21,4 +22,8 @@ def __getattr__(name: str) -> Any:
         from porter import loader
 
         return getattr(loader, name)
+    if name == "patch":
+        from porter.patching import patch
+
+        return patch
     raise AttributeError(f"module 'porter' has no attribute {name!r}")

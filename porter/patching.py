@@ -1,0 +1,363 @@
+"""Swap a model's fused groups for the packs' kernels, as torch.library custom ops.
+
+    result = porter.patch(model, "packs/", example_inputs=inputs)
+    print(result.report())          # each replacement (or why not), and the output check
+    y = result.model(*inputs)       # also works under torch.compile: one graph, no breaks
+
+The convention of Liger-Kernel's `apply_liger_kernel_to_*` (swap the model's pieces for faster
+kernels, keep its parameters and its interface), done on the model's torch.fx graph: the model is
+traced (`porter.model_graph`), cut into the same fused groups `porter profile` ranks, and every
+group whose pack (`<packs>/<group pack name>/`, written by `porter port-profile`) is there is
+replaced by one call of the pack's kernel registered as a `torch.library` custom op. The original
+model is not modified; `result.model` is a `torch.fx.GraphModule` sharing its parameters.
+
+Two rules keep a patch honest:
+- **the output check**: the patched model's output is compared with the unpatched model's on the
+  example inputs within the harness's tolerance for the output dtype (`harness.tolerance`);
+  `check=True` (the default) raises `PatchCheckError` when it fails.
+- **never lose to torch.compile**: a custom op is opaque to Inductor, so a replacement is kept
+  only when the pack's kernel is faster than what torch.compile makes of the same group's code
+  (both timed on the GPU, interleaved, with the LLC flushed: `harness.timing.compare`); a slower
+  one is declined and reported. On a CPU nothing can be timed: every replacement is made and the
+  report says the comparison could not be judged.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.fx as fx
+
+from porter.errors import PorterError
+from porter.model_graph import Group
+from porter.model_graph import find_groups
+
+log = logging.getLogger(__name__)
+
+
+class PatchError(PorterError):
+    """The model or the packs cannot be used for a patch; the message says why."""
+
+
+class PatchCheckError(PatchError):
+    """The patched model's output differs from the unpatched model's beyond the tolerance."""
+
+
+@dataclass
+class Replacement:
+    """One group signature's fate: replaced at `places` places, declined, or no pack."""
+
+    pack_name: str
+    label: str
+    places: int
+    status: str  # "replaced" | "declined" | "no pack"
+    reason: str = ""
+    compiled_ms: float | None = None  # torch.compile of the group's code (GPU only)
+    ours_ms: float | None = None  # the pack's kernel as a custom op (GPU only)
+
+
+@dataclass
+class OutputCheck:
+    passed: bool
+    max_abs_err: float
+    tolerance: str
+
+
+@dataclass
+class PatchResult:
+    """The patched model and what was done to it."""
+
+    model: torch.nn.Module
+    replacements: list[Replacement] = field(default_factory=list)
+    check: OutputCheck | None = None
+    packs: dict[str, Any] = field(default_factory=dict)  # pack name -> the loaded PackedOp
+
+    @property
+    def replaced(self) -> list[Replacement]:
+        return [r for r in self.replacements if r.status == "replaced"]
+
+    def report(self) -> str:
+        """One line per group signature, then the output check."""
+        lines = []
+        for r in self.replacements:
+            t = ""
+            if r.ours_ms is not None and r.compiled_ms is not None:
+                t = f" (ours {r.ours_ms * 1e3:.1f} us vs torch.compile {r.compiled_ms * 1e3:.1f} us)"
+            lines.append(f"{r.status:9s} {r.pack_name} x{r.places}{t}: {r.reason}")
+        if self.check is not None:
+            verdict = "matches" if self.check.passed else "DIFFERS from"
+            lines.append(f"output check: the patched model {verdict} the unpatched one "
+                         f"(max abs error {self.check.max_abs_err:.3g}; {self.check.tolerance})")
+        return "\n".join(lines)
+
+
+def _pack_dirs(packs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]]) -> dict[str, Path]:
+    """Pack name -> folder, from a packs folder or a list of pack folders."""
+    if isinstance(packs, (str, os.PathLike)):
+        root = Path(packs)
+        if (root / "manifest.yaml").is_file():
+            return {root.name: root}
+        if not root.is_dir():
+            raise PatchError(f"{root}: no such packs folder (run `porter port-profile` first)")
+        return {p.name: p for p in sorted(root.iterdir()) if (p / "manifest.yaml").is_file()}
+    out = {}
+    for p in map(Path, packs):
+        if not (p / "manifest.yaml").is_file():
+            raise PatchError(f"{p}: not a pack (no manifest.yaml)")
+        out[p.name] = p
+    return out
+
+
+def group_function(code: str) -> Any:
+    """The `reference(a0, ...)` function of a group's standalone code."""
+    import operator
+
+    ns: dict[str, Any] = {"torch": torch, "operator": operator}
+    exec(compile(code, "<porter group>", "exec"), ns)  # noqa: S102 - code the tracer wrote
+    return ns["reference"]
+
+
+def _custom_op(packed: Any, n_in: int, n_out: int) -> Any:
+    """The pack's kernel as a torch.library custom op taking n_in tensors, giving n_out."""
+    if n_out == 1:
+        return _overload(packed.register_custom_op())
+    # The loader's registration returns one tensor; a group with several outputs (residual add +
+    # RMSNorm gives the sum and the norm) needs a tuple, so it is registered here the same way.
+    from porter.loader import _LIB_NAMESPACE
+
+    name, k = packed.op, 1
+    while hasattr(getattr(torch.ops, _LIB_NAMESPACE), name):
+        k += 1
+        name = f"{packed.op}_{k}"
+    args = ", ".join(f"Tensor a{i}" for i in range(n_in))
+    rets = ", ".join("Tensor" for _ in range(n_out))
+    lib_name = f"{_LIB_NAMESPACE}::{name}"
+
+    def impl(*a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(packed(*a))
+
+    def fake(*a: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return tuple(packed.reference(*a))
+
+    op = torch.library.custom_op(lib_name, impl, mutates_args=(), schema=f"({args}) -> ({rets})")
+    op.register_fake(fake)
+    return _overload(op)
+
+
+def _overload(op: Any) -> Any:
+    """The custom op's OpOverload (`torch.ops.kernel_porter.<name>.default`): what fx graphs and
+    torch.compile call."""
+    ns, name = op._qualname.split("::")
+    return getattr(getattr(torch.ops, ns), name).default
+
+
+def _judge_against_compile(g: Group, op: Any, hw: Any) -> tuple[float, float]:
+    """(ours ms, torch.compile ms) for one group on the GPU, interleaved with flushed LLC."""
+    from harness import timing
+
+    ref = torch.compile(group_function(g.code))
+    metas = [i.meta["tensor_meta"] for i in g.inputs]
+    dev = torch.device("cuda")
+
+    def make_args() -> tuple[torch.Tensor, ...]:
+        return tuple(torch.randn(*m.shape, device=dev).to(m.dtype) for m in metas)
+
+    cmp_ = timing.compare({"ours": op, "compiled": ref}, make_args, hw=hw, reps=30, warmup=5)
+    return cmp_.timings["ours"].median_ms, cmp_.timings["compiled"].median_ms
+
+
+def patch(model: torch.nn.Module,
+          packs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
+          example_inputs: Sequence[Any], check: bool = True, judge: bool | None = None,
+          source: dict[str, Any] | None = None, hw_name: str | None = None) -> PatchResult:
+    """Replace the model's fused groups that have a pack with the pack's kernel.
+
+    Args:
+        model: the model (not modified).
+        packs: a packs folder (one pack per group, as `porter port-profile` writes) or a list
+            of pack folders.
+        example_inputs: inputs to trace with and to check the output on.
+        check: raise `PatchCheckError` when the patched output differs beyond the tolerance.
+        judge: time each replacement against torch.compile of the same group and decline the
+            slower; default: on a GPU (a CPU cannot judge, and says so).
+        source: the model's source record from `porter.model_profile` (a Hugging Face model
+            is traced with transformers' tracer).
+        hw_name: hardware model for the timing's flush size (default: the detected device).
+
+    Returns:
+        A `PatchResult` (`.model`, `.replacements`, `.check`, `.report()`).
+
+    Raises:
+        PatchError: no such packs folder, a model torch.fx cannot trace.
+        PatchCheckError: the output check failed (with check=True).
+    """
+    import hwmodels
+    from porter.loader import load_pack
+    from porter.model_graph import ModelTraceError
+    from porter.model_profile import trace_any
+
+    dirs = _pack_dirs(packs)
+    try:
+        traced = trace_any(model, example_inputs, source or {})
+    except ModelTraceError as exc:
+        raise PatchError(str(exc)) from None
+    first = next((t for t in example_inputs if isinstance(t, torch.Tensor)), None)
+    on_gpu = first is not None and first.device.type == "cuda"
+    judge = on_gpu if judge is None else judge
+    if judge and not on_gpu:
+        raise PatchError("judging against torch.compile needs the model on a GPU")
+    hw = None
+    if judge:
+        det = hwmodels.detect()
+        hw = hwmodels.get(hw_name) if hw_name else det.model
+        if hw is None:
+            raise PatchError(f"no hardware model for this GPU ({det.reason}); pass hw_name")
+
+    groups = [g for g in find_groups(traced) if g.kind == "fused"]
+    by_sig: dict[str, list[Group]] = {}
+    for g in groups:
+        by_sig.setdefault(g.signature, []).append(g)
+    chosen: dict[int, Any] = {}  # group index -> custom op
+    result_reps: list[Replacement] = []
+    loaded: dict[str, Any] = {}
+    packed_ops: dict[str, Any] = {}
+    for sig, gs in by_sig.items():
+        g0 = gs[0]
+        rep = Replacement(g0.pack_name, g0.label, len(gs), "no pack",
+                          f"no pack named {g0.pack_name} in the packs given")
+        result_reps.append(rep)
+        if g0.pack_name not in dirs:
+            continue
+        if g0.pack_name not in loaded:
+            packed = load_pack(dirs[g0.pack_name])
+            packed_ops[g0.pack_name] = packed
+            loaded[g0.pack_name] = _custom_op(packed, len(g0.inputs), len(g0.outputs))
+        op = loaded[g0.pack_name]
+        if judge:
+            rep.ours_ms, rep.compiled_ms = _judge_against_compile(g0, op, hw)
+            if rep.ours_ms > rep.compiled_ms:
+                rep.status = "declined"
+                rep.reason = ("slower than torch.compile of the same group: a custom op is "
+                              "opaque to Inductor, so the model keeps its own code here")
+                continue
+            rep.reason = "faster than torch.compile of the same group"
+        else:
+            rep.reason = ("not judged against torch.compile: nothing can be timed on a CPU"
+                          if not on_gpu else "not judged against torch.compile (judge=False)")
+        rep.status = "replaced"
+        for g in gs:
+            chosen[g.index] = op
+    gm = _rewrite(traced.module, [g for g in groups if g.index in chosen], chosen)
+    result = PatchResult(gm, result_reps, packs=packed_ops)
+    for r in result.replacements:
+        log.info("patch: %s %s x%d: %s", r.status, r.pack_name, r.places, r.reason)
+    if chosen:
+        result.check = _check(model, gm, example_inputs)
+        if check and not result.check.passed:
+            raise PatchCheckError(f"the patched model's output differs from the unpatched "
+                                  f"model's: max abs error {result.check.max_abs_err:.3g} "
+                                  f"({result.check.tolerance})")
+    return result
+
+
+def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx.GraphModule:
+    """A new GraphModule where each group is one call of its custom op (same parameters)."""
+    old = list(gm.graph.nodes)
+    pos = {n: i for i, n in enumerate(old)}
+    unit_of: dict[fx.Node, Any] = {n: n for n in old}
+    for g in groups:
+        for n in g.nodes:
+            unit_of[n] = g
+    members: dict[int, list[fx.Node]] = {}
+    units: list[Any] = []
+    seen: set[int] = set()
+    for n in old:
+        u = unit_of[n]
+        if id(u) not in seen:
+            seen.add(id(u))
+            units.append(u)
+    for u in units:
+        members[id(u)] = u.nodes if isinstance(u, Group) else [u]
+    # Units in dependency order (a group runs where all its inputs exist), stable by position:
+    # a group's outputs may be read by a node that sat between its members.
+    deps: dict[int, set[int]] = {}
+    users: dict[int, set[int]] = {id(u): set() for u in units}
+    for u in units:
+        ins = set()
+        for n in members[id(u)]:
+            for a in (u.inputs if isinstance(u, Group) else n.all_input_nodes):
+                src = unit_of[a]
+                if src is not u:
+                    ins.add(id(src))
+        deps[id(u)] = ins
+        for d in ins:
+            users[d].add(id(u))
+    by_id = {id(u): u for u in units}
+    first_pos = {id(u): min(pos[n] for n in members[id(u)]) for u in units}
+    ready = [(first_pos[k], k) for k, v in deps.items() if not v]
+    heapq.heapify(ready)
+    remaining = {k: len(v) for k, v in deps.items()}
+    graph = fx.Graph()
+    env: dict[fx.Node, fx.Node] = {}
+    while ready:
+        _, k = heapq.heappop(ready)
+        u = by_id[k]
+        if isinstance(u, Group):
+            call = graph.call_function(ops[u.index], tuple(env[i] for i in u.inputs))
+            if len(u.outputs) == 1:
+                env[u.outputs[0]] = call
+            else:
+                for j, o in enumerate(u.outputs):
+                    env[o] = graph.call_function(__import__("operator").getitem, (call, j))
+        else:
+            env[u] = graph.node_copy(u, lambda a: env[a])
+        for user in users[k]:
+            remaining[user] -= 1
+            if remaining[user] == 0:
+                heapq.heappush(ready, (first_pos[user], user))
+    if len(env) < sum(1 for n in old if not isinstance(unit_of[n], Group)):
+        raise PatchError("internal: the patched graph has a cycle")  # grouping forbids it
+    new = fx.GraphModule(gm, graph)
+    new.graph.eliminate_dead_code()  # the shape/dtype queries only the replaced groups read
+    new.recompile()
+    return new
+
+
+def _flat(out: Any) -> list[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, (tuple, list)):
+        return [t for o in out for t in _flat(o)]
+    if isinstance(out, dict):
+        return [t for o in out.values() for t in _flat(o)]
+    if hasattr(out, "to_tuple"):
+        return _flat(out.to_tuple())
+    return []
+
+
+def _check(model: torch.nn.Module, patched: torch.nn.Module,
+           inputs: Sequence[Any]) -> OutputCheck:
+    """The patched model's output against the unpatched model's, at the harness's tolerance."""
+    from harness.tolerance import tolerance
+
+    with torch.no_grad():
+        want = _flat(model(*inputs))
+        got = _flat(patched(*inputs))
+    worst, ok = 0.0, len(want) == len(got)
+    tol_text = ""
+    for w, g in zip(want, got):
+        tol = tolerance(w.dtype)
+        tol_text = tol.describe()
+        diff = (g.double() - w.double()).abs()
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
+        ok = ok and g.shape == w.shape and bool(
+            (diff <= tol.atol + tol.rtol * w.double().abs()).all())
+    return OutputCheck(ok, worst, tol_text)

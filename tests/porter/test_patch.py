@@ -1,0 +1,105 @@
+"""`porter.patch`: the whole flow on a CPU (profile, port the top 2 groups, patch, check), and the
+patch's refusals."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+
+import porter
+from porter.model_profile import load_model
+from porter.model_profile import profile_model
+from porter.model_profile import save_profile
+from porter.patching import PatchError
+from porter.patching import _check
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = ROOT / "examples" / "llama_block" / "model.py"
+
+
+def _porter(*args: str) -> subprocess.CompletedProcess[str]:
+    # a fresh process: the test session runs with TRITON_INTERPRET=1, and porting cross-compiles
+    # in-process (see tests/porter/test_port.py)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "porter.cli", *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=600)
+
+
+def test_profile_port_top2_patch_on_cpu(tmp_path: Path) -> None:
+    """The CI flow at toy sizes: ~45 s on 2 cores (1 candidate, 2 checks per group)."""
+    from porter.loader import PackFallbackWarning
+
+    torch.manual_seed(0)
+    model, inputs, source = load_model(MODEL, size="toy")
+    prof = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0)
+    path = save_profile(prof, tmp_path / "profile.json")
+    top2 = [g["pack_name"] for g in prof["groups"][:2]]
+    res = _porter("port-profile", str(path), "--top", "2", "--targets", "h100",
+                  "--out", str(tmp_path / "packs"), "--run-dir", str(tmp_path / "run"),
+                  "--max-variants", "1", "--max-checks", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    for name in top2:
+        assert f"{name}: h100 interpreted; pack {tmp_path / 'packs' / name}" in res.stdout
+        assert (tmp_path / "run" / "specs" / f"{name}.py").is_file()
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)  # a silent reference run fails
+        result = porter.patch(model, tmp_path / "packs", example_inputs=inputs)
+        assert result.check is not None and result.check.passed, result.report()
+        replaced = {r.pack_name: r for r in result.replaced}
+        assert set(replaced) == set(top2)
+        assert all("cannot" in r.reason or "nothing can be timed" in r.reason
+                   for r in replaced.values())
+        assert sum(r.places for r in replaced.values()) == sum(
+            len(g["instances"]) for g in prof["groups"][:2])
+        missing = [r for r in result.replacements if r.status == "no pack"]
+        assert missing and all(r.pack_name not in top2 for r in missing)
+        # the kernels ran: the pack's kernel module was executed (a reference fallback never
+        # loads it)
+        for name in top2:
+            assert result.packs[name]._modules, f"{name}: the kernel module never ran"
+        calls = [n for n in result.model.graph.nodes
+                 if n.op == "call_function" and "kernel_porter" in str(n.target)]
+        assert len(calls) == sum(r.places for r in replaced.values())
+        # and the patched model runs under torch.compile as one graph, with the same output
+        torch._dynamo.reset()
+        with torch.no_grad():
+            explain = torch._dynamo.explain(result.model)(*inputs)
+            assert explain.graph_break_count == 0
+            compiled = torch.compile(result.model)(*inputs)
+            torch.testing.assert_close(compiled, model(*inputs), rtol=1e-5, atol=1e-5)
+    assert "matches the unpatched one" in result.report()
+
+
+def test_no_packs_no_replacement_and_errors(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model, inputs, _ = load_model(MODEL, size="toy")
+    with pytest.raises(PatchError, match="no such packs folder"):
+        porter.patch(model, tmp_path / "nope", example_inputs=inputs)
+    (tmp_path / "empty").mkdir()
+    result = porter.patch(model, tmp_path / "empty", example_inputs=inputs)
+    assert not result.replaced and result.check is None
+    assert {r.status for r in result.replacements} == {"no pack"}
+    with pytest.raises(PatchError, match="needs the model on a GPU"):
+        porter.patch(model, tmp_path / "empty", example_inputs=inputs, judge=True)
+
+
+def test_output_check_catches_a_wrong_replacement() -> None:
+    torch.manual_seed(0)
+    model, inputs, _ = load_model(MODEL, size="toy")
+
+    class Off(torch.nn.Module):
+        def forward(self, x):
+            return model(x) * (1 + 1e-3)
+
+    assert _check(model, model, inputs).passed
+    bad = _check(model, Off(), inputs)
+    assert not bad.passed and bad.max_abs_err > 0 and "fp32" in bad.tolerance
