@@ -3,6 +3,10 @@
 A bad kernel is caught "for the right reason" only when the stage (or guard) that failed it is
 the one it was built for and the failure kind matches (e.g. the unwritten-row kernel must fail on
 NaN poison, not on a numeric mismatch). The correct kernel must pass all five stages.
+
+The `metal_*` cases are Metal kernels run on the CPU Metal executor (harness.selftest.
+metal_kernels): always on the CPU, whatever the device, and their errors must also name the
+Metal rule broken (`expected_message`).
 """
 
 from __future__ import annotations
@@ -54,6 +58,17 @@ class _Case:
     make: Callable[[ModuleType], Callable[..., Any]]  # builds a fresh candidate (stateful ones)
     expected_stage: str
     expected_reason: str | None = None
+    backend: str = "triton"  # "metal": run on the CPU Metal executor
+    expected_message: str | None = None  # must appear in the failure message
+
+
+def _metal(variant: str) -> Callable[[ModuleType], Callable[..., Any]]:
+    def make(_kernels: ModuleType) -> Callable[..., Any]:
+        from harness.selftest.metal_kernels import MetalSoftmax
+
+        return MetalSoftmax(variant)
+
+    return make
 
 
 CASES: tuple[_Case, ...] = (
@@ -65,6 +80,15 @@ CASES: tuple[_Case, ...] = (
     _Case("torch_compute", lambda k: k.softmax_torch, "no_torch_compute", "torch_compute"),
     _Case("early_return", lambda k: k.SoftmaxEarly(), "completion", "early_return"),
     _Case("memoize", lambda k: k.SoftmaxMemo(), "stale_output", "stale"),
+    _Case("metal_good", _metal("good"), PASS, backend="metal"),
+    _Case("metal_missing_barrier", _metal("missing_barrier"), "smoke", "error", "metal",
+          "data race on threadgroup memory"),
+    _Case("metal_wrong_threads", _metal("wrong_threads"), "smoke", "error", "metal",
+          "no thread wrote it"),
+    _Case("metal_small_threadgroup", _metal("small_threadgroup"), "sweep", "error", "metal",
+          "out of bounds"),
+    _Case("metal_full_simd", _metal("full_simd"), "odd_sizes", "nonfinite", "metal"),
+    _Case("metal_off_by_one", _metal("off_by_one"), "odd_sizes", "nonfinite", "metal"),
 )
 
 
@@ -131,8 +155,13 @@ def run(
             continue
         if progress is not None:
             progress(case.name)
+        if case.backend == "metal" and (why := _metal_unavailable()) is not None:
+            rows.append(SelftestRow(case.name, case.expected_stage, None, why, False,
+                                    case.expected_reason))
+            continue
         candidate = case.make(kernels)
-        report = check(problem, candidate, device=dev, interpret=interpret)
+        on = "cpu" if case.backend == "metal" else dev
+        report = check(problem, candidate, device=on, interpret=interpret or on == "cpu")
         if hasattr(candidate, "join"):
             candidate.join()  # no late writer may outlive its case
         failed = report.failed
@@ -146,10 +175,10 @@ def run(
         else:
             caught = None if failed is None else failed.caught_by
             reason = None if failed is None else failed.reason
+            message = failed.message if failed is not None else "slipped through every stage"
             ok = caught == case.expected_stage and (
                 case.expected_reason is None or reason == case.expected_reason
-            )
-            message = failed.message if failed is not None else "slipped through every stage"
+            ) and (case.expected_message is None or case.expected_message in message)
         rows.append(
             SelftestRow(
                 case.name,
@@ -167,6 +196,14 @@ def run(
             progress("memoize_timing")
         rows.append(_speed_of_light_row(kernels))
     return rows
+
+
+def _metal_unavailable() -> str | None:
+    """Why the Metal cases cannot run here (no C++ compiler), or None."""
+    from targets.metal_exec import available
+
+    ok, why = available()
+    return None if ok else f"not run: {why}"
 
 
 def _speed_of_light_row(kernels: ModuleType) -> SelftestRow:

@@ -351,35 +351,40 @@ struct dev_ptr {
     long long n;  // elements valid from base
     long long off;
     const char* name;
-    dev_ptr() : base(nullptr), n(0), off(0), name("?") {}
-    dev_ptr(T* b, long long count, const char* nm, long long o = 0) : base(b), n(count), off(o), name(nm) {}
+    long long misaligned;  // byte offset of a misaligned vector view (-1: aligned)
+    dev_ptr() : base(nullptr), n(0), off(0), name("?"), misaligned(-1) {}
+    dev_ptr(T* b, long long count, const char* nm, long long o = 0, long long mis = -1)
+        : base(b), n(count), off(o), name(nm), misaligned(mis) {}
     template <class U, class = typename std::enable_if<std::is_same<const U, T>::value>::type>
-    dev_ptr(const dev_ptr<U>& o) : base(o.base), n(o.n), off(o.off), name(o.name) {}  // T* -> const T*
+    dev_ptr(const dev_ptr<U>& o)  // T* -> const T*
+        : base(o.base), n(o.n), off(o.off), name(o.name), misaligned(o.misaligned) {}
     template <class I> T& operator[](I i) const {
         long long k = off + (long long)i;
+        if (misaligned >= 0)
+            fail("device buffer %s accessed as a %zu-byte type at byte offset %lld: misaligned "
+                 "(needs %zu-byte alignment; vector loads need aligned rows)", name, sizeof(T),
+                 misaligned + k * (long long)sizeof(T), alignof(T));
         if (k < 0 || k >= n)
             fail("device buffer %s read or written at element %lld: out of bounds (it holds %lld)",
                  name, k, n);
         return base[k];
     }
     T& operator*() const { return (*this)[0]; }
-    template <class I> dev_ptr operator+(I i) const { return dev_ptr(base, n, name, off + (long long)i); }
-    template <class I> dev_ptr operator-(I i) const { return dev_ptr(base, n, name, off - (long long)i); }
+    template <class I> dev_ptr operator+(I i) const { return dev_ptr(base, n, name, off + (long long)i, misaligned); }
+    template <class I> dev_ptr operator-(I i) const { return dev_ptr(base, n, name, off - (long long)i, misaligned); }
     template <class I> dev_ptr& operator+=(I i) { off += (long long)i; return *this; }
 };
 
-// (device const float4*)(p): a view of the same bytes as U, alignment checked at the cast
+// (device const float4*)(p): a view of the same bytes as U. A misaligned view is an error only
+// when it is accessed (forming the pointer is harmless on the GPU).
 template <class U, class T>
 dev_ptr<U> dev_cast(const dev_ptr<T>& p) {
     long long byte_off = p.off * (long long)sizeof(T);
     uintptr_t addr = (uintptr_t)((const unsigned char*)p.base + byte_off);
-    size_t align = alignof(U);
-    if (addr % align != 0)
-        fail("device buffer %s cast to a %zu-byte type at byte offset %lld: misaligned (needs "
-             "%zu-byte alignment; vector loads need aligned rows)", p.name, sizeof(U), byte_off, align);
     long long total = p.n * (long long)sizeof(T);
     long long remaining = byte_off >= 0 ? (total - byte_off) / (long long)sizeof(U) : 0;
-    return dev_ptr<U>((U*)addr, remaining < 0 ? 0 : remaining, p.name, 0);
+    bool bad = addr % alignof(U) != 0 || p.misaligned >= 0;
+    return dev_ptr<U>((U*)addr, remaining < 0 ? 0 : remaining, p.name, 0, bad ? byte_off : -1);
 }
 
 // -- collectives -----------------------------------------------------------------------------

@@ -38,7 +38,7 @@ ATTRIBUTES = {
 }
 
 _TYPE = r"[A-Za-z_]\w*"
-_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+_COMMENT_RE = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _KERNEL_RE = re.compile(r"(?:\[\[[^\]]*\]\]\s*)*\bkernel\s+void\s+([A-Za-z_]\w*)\s*\(")
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _TG_DECL_RE = re.compile(

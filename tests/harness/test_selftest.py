@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from click.testing import CliRunner
 
 from harness import selftest
@@ -93,3 +94,53 @@ def test_selftest_on_gpu() -> None:
     assert [r.kernel for r in rows][-1] == "memoize_timing"
     bad = [r for r in rows if not r.ok]
     assert not bad, "\n".join(f"{r.kernel}: {r.caught_by} {r.message}" for r in bad)
+
+
+# -- Metal kernels on the CPU executor (issue 34) ---------------------------------------------
+
+METAL = [c for c in selftest.CASES if c.backend == "metal"]
+
+
+def test_metal_cases_cover_the_five_bugs_and_three_stages() -> None:
+    names = {c.name for c in METAL}
+    assert names == {"metal_good", "metal_missing_barrier", "metal_wrong_threads",
+                     "metal_small_threadgroup", "metal_full_simd", "metal_off_by_one"}
+    assert {c.expected_stage for c in METAL} == {PASS, "smoke", "sweep", "odd_sizes"}
+
+
+def test_metal_rows_name_the_broken_rule(cpu_rows: list[SelftestRow]) -> None:
+    rows = {r.kernel: r for r in cpu_rows}
+    assert "data race on threadgroup memory part" in rows["metal_missing_barrier"].message
+    assert "no thread wrote it" in rows["metal_wrong_threads"].message
+    assert "part[256] indexed at" in rows["metal_small_threadgroup"].message
+    assert "NaN" in rows["metal_off_by_one"].message
+
+
+def test_metal_kernels_really_run_on_the_executor() -> None:
+    from harness.selftest.metal_kernels import MetalSoftmax
+    from harness.selftest.metal_kernels import program
+
+    before = program().launches
+    x = torch.randn(3, 40)
+    out = torch.full_like(x, float("nan"))
+    MetalSoftmax("good")(x, out=out)
+    assert program().launches == before + 1
+    torch.testing.assert_close(out, torch.softmax(x, -1))
+
+
+def test_a_metal_catch_for_the_wrong_rule_fails_the_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    # caught by the right stage and reason, but the message names another rule: not ok
+    case = next(c for c in METAL if c.name == "metal_wrong_threads")
+    wrong = selftest.runner._Case(case.name, case.make, "smoke", "error", "metal", "data race")
+    monkeypatch.setattr(selftest.runner, "CASES", (wrong,))
+    (row,) = selftest.run("cpu")
+    assert row.caught_by == "smoke" and not row.ok
+
+
+def test_metal_rows_say_why_without_a_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
+    import targets.metal_exec
+
+    monkeypatch.setattr(targets.metal_exec, "available", lambda: (False, "no C++ compiler"))
+    monkeypatch.setattr(selftest.runner, "CASES", tuple(METAL[:1]))
+    (row,) = selftest.run("cpu")
+    assert not row.ok and "no C++ compiler" in row.message
