@@ -79,6 +79,7 @@ class PatchResult:
     replacements: list[Replacement] = field(default_factory=list)
     check: OutputCheck | None = None
     packs: dict[str, Any] = field(default_factory=dict)  # pack name -> the loaded PackedOp
+    ops: dict[str, Any] = field(default_factory=dict)  # pack name -> its custom op (OpOverload)
 
     @property
     def replaced(self) -> list[Replacement]:
@@ -256,7 +257,7 @@ def patch(model: torch.nn.Module,
         for g in gs:
             chosen[g.index] = op
     gm = _rewrite(traced.module, [g for g in groups if g.index in chosen], chosen)
-    result = PatchResult(gm, result_reps, packs=packed_ops)
+    result = PatchResult(gm, result_reps, packs=packed_ops, ops=loaded)
     for r in result.replacements:
         log.info("patch: %s %s x%d: %s", r.status, r.pack_name, r.places, r.reason)
     if chosen:
