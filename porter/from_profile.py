@@ -96,7 +96,9 @@ def _interpret_shape(shape: Sequence[int]) -> tuple[int, ...]:
     lead = []
     budget = INTERPRET_MAX_ROWS
     for d in reversed(dims[:-1]):
-        k = max(1, min(d, budget))
+        # never 1 where the model's size is not: the generator's trace specializes sizes of 1
+        # (a kernel traced at batch 1 would only take batch 1)
+        k = min(d, max(2, budget))
         lead.insert(0, k)
         budget = max(1, budget // k)
     return (*lead, min(last, cap))

@@ -36,8 +36,9 @@ def test_dims_follow_broadcasting() -> None:
 
 def test_interpret_shapes_keep_rank_and_power_of_two() -> None:
     assert _interpret_shape((2, 8, 64)) == (2, 8, 64)  # small already: as the model ran it
-    assert _interpret_shape((4, 2048, 4096)) == (1, 16, 1024)
-    assert _interpret_shape((4, 2048, 5120)) == (1, 16, 1000)
+    assert _interpret_shape((4, 2048, 4096)) == (2, 16, 1024)  # no size 1 the model lacks
+    assert _interpret_shape((4, 2048, 5120)) == (2, 16, 1000)
+    assert _interpret_shape((1, 2048, 4096)) == (1, 16, 1024)
     assert _interpret_shape((8192, 11008)) == (16, 1000)
 
 
