@@ -175,7 +175,6 @@ class Agent:
             for att in attempts:
                 units.append(art.ProposedConfig(config={"origin": ORIGIN, "id": att.cid},
                                                 origin="space", why=att.error or "written"))
-                diagnoses.extend(att.diagnoses)
                 for sid, verdict, source in att.sources:
                     judged += 1
                     entry = self._ledger(hw, bucket, dname, shape, sid, verdict, source)
@@ -184,6 +183,7 @@ class Agent:
                         self._write_kernel(ctx, lang, sid, source, bucket, dname)
                     if sid.endswith("-fix") and verdict.passed:
                         self._write_fixed(ctx, lang, sid, source, att)
+                diagnoses.extend(att.diagnoses)  # after _write_fixed marked the fixed ones
                 if att.error and not att.sources:
                     self.say(f"[{hw.name}] {att.cid}: {att.error}")
             if improved and kept is not None:
@@ -278,7 +278,8 @@ class Agent:
         ids = [str(c.config["id"]) for c in cands.candidates]
         with ThreadPoolExecutor(max_workers=self.config.parallel) as pool:
             verdicts = list(pool.map(lambda i: self._judge(ctx, st.sources[i], i), ids))
-        return [Attempt(cid=i, sources=[(i, v, st.sources[i])]) for i, v in zip(ids, verdicts, strict=True)]
+        pairs = zip(ids, verdicts, strict=True)
+        return [Attempt(cid=i, sources=[(i, v, st.sources[i])]) for i, v in pairs]
 
     def _judge(self, ctx: TargetContext, source: str, sid: str) -> Verdict:
         verdict = judge(self.spec.path, source, ctx.hw, self.run_dir / "llm" / "candidates",

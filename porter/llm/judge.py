@@ -155,7 +155,8 @@ def _compiled(verdict: Verdict, file: Path, launches: list[dict[str, Any]], hw: 
                      "compile_child()"], job=json.dumps(job), limit_s=COMPILE_LIMIT_S,
                     env=_env(False))
     out = res.last("compiled")
-    base = asdict(verdict)
+    # A compile failure is not at a shape: the interpreter's (if it failed too) is left out.
+    base = {**asdict(verdict), "shape": None, "dtype": None}
     if out is None:
         return Verdict(**{**base, "passed": False, "stage": "compile", "reason": "crash",
                           "tier": "none", "caught_by": "compile",
@@ -171,7 +172,7 @@ def _compiled(verdict: Verdict, file: Path, launches: list[dict[str, Any]], hw: 
                           "tier": "none", "caught_by": "compile", "resources": resources,
                           "message": "; ".join(f"{k['kernel']} does not fit: "
                                                + "; ".join(k["reasons"]) for k in misfit)})
-    return Verdict(**{**base, "resources": resources})
+    return Verdict(**{**asdict(verdict), "resources": resources})
 
 
 # -- child sides ------------------------------------------------------------------------------
