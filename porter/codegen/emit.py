@@ -456,9 +456,12 @@ class Emitter:
         if self.dialect == "metal":
             off = " + ".join(terms_row + terms_col) or "0"
             val = f"in{k}[{off}]"
+            if cls == "f":
+                # cast before the select: `cond ? bfloat : 0` mixes a 16-bit float with an int
+                val = f"(float){val}"
             if mask:
-                val = f"(({mask}) ? {val} : 0)"
-            return self.tmp(f"(float){val}" if cls == "f" else val, "x")
+                val = f"(({mask}) ? {val} : {'0.0f' if cls == 'f' else '0'})"
+            return self.tmp(val, "x")
         addr = " + ".join([ptr] + [f"({t})" for t in terms_row + terms_col])
         # Only a plain full-row load (or a column-only one: its masked lanes are the same
         # columns) takes a fill: a gather's masked lanes (an ignored target's row) are not
