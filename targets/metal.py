@@ -1,10 +1,16 @@
-"""Metal for Apple GPUs: code emission only. No Metal compiler runs on this machine.
+"""Metal for Apple GPUs: no Metal compiler runs on this machine; the CPU executor checks it.
 
 `compile()` takes Metal Shading Language text (KernelRef.source) and checks what can be checked
 without a compiler: the `threadgroup` arrays it declares against the device's threadgroup memory
-(32 KB on M-series), and the threads per threadgroup (config.num_warps simdgroups x 32 lanes, and
-any `[[max_total_threads_per_threadgroup(N)]]`) against the maximum. The report's tier is
-"emitted": nothing was compiled, and registers are unknown.
+(32 KB on M-series), and the threads per threadgroup (the source's `constant uint THREADS`, else
+config.num_warps simdgroups x 32 lanes, and any `[[max_total_threads_per_threadgroup(N)]]`)
+against the maximum. The report's tier is "emitted": nothing was compiled, and registers are
+unknown.
+
+Correctness without a Mac: where a C++ compiler is present, `capabilities().cpu_check` is
+"emulator": generated source runs on the CPU Metal executor (`targets.metal_exec`; `candidate()`
+gives the judge's callable, `harness.emulated.check_source` runs the five stages), and a pass is
+the *emulated* tier.
 """
 
 from __future__ import annotations
@@ -26,9 +32,11 @@ from targets.triton_common import launch_reasons
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
+    from targets.metal_exec.candidate import MetalCandidate
 
+_THREADS_RE = re.compile(r"constant\s+uint\s+THREADS\s*=\s*(\d+)\s*;")
 NO_COMPILER_NOTE = (
-    "Metal: code emission only. No Metal compiler runs on this machine, so nothing was compiled; "
+    "Metal: no Metal compiler runs on this machine, so nothing was compiled; "
     "threadgroup memory and threads were checked statically from the source, registers are unknown."
 )
 
@@ -104,10 +112,28 @@ class MetalBackend(TargetBackend):
     known_knobs: frozenset[str] = frozenset()
 
     def capabilities(self) -> Capabilities:
-        """Metal source, emitted and checked statically; no check runs here (an MSL executor
-        on the CPU would make cpu_check "emulator"); a Triton kernel does not run on it."""
-        return Capabilities(language="metal", compiles_here=False, cpu_check=None,
+        """Metal source, emitted and checked statically; checked for correctness on the CPU
+        Metal executor ("emulator", tier emulated) where a C++ compiler is present, else not
+        checked here (None); a Triton kernel does not run on it."""
+        from targets.metal_exec import available
+
+        return Capabilities(language="metal", compiles_here=False,
+                            cpu_check="emulator" if available()[0] else None,
                             runs_existing_kernels=False)
+
+    def candidate(self, source: str, hw: HardwareModel | None = None) -> MetalCandidate:
+        """Generated Metal `source` as a judge candidate, `candidate(*inputs, out=out)`, run on
+        the CPU executor (with `hw`'s threadgroup memory as the limit, 32 KB when None).
+
+        Raises:
+            targets.metal_host.DispatchError: the source has no `// porter-dispatch:` line.
+            targets.metal_exec.MetalExecError: it does not build for the executor.
+            targets.metal_exec.executor.CompilerMissingError: no C++ compiler here.
+        """
+        from targets.metal_exec.candidate import MetalCandidate
+
+        limit = int(hw.limits.shared_memory_per_block_bytes.value) if hw is not None else 32768
+        return MetalCandidate(source, threadgroup_memory_limit=limit)
 
     def supports(self, hw: HardwareModel) -> bool:
         """True for models built with Metal (hw.build.backend == "metal")."""
@@ -147,7 +173,9 @@ class MetalBackend(TargetBackend):
                 f"metal: no `kernel void {kernel.name}(` in the source given for {kernel.name!r}"
             )
         tg_bytes, problems = threadgroup_arrays(kernel.source, dict(kernel.constexprs))
-        threads = config.num_warps * hw.warp_size
+        declared_threads = _THREADS_RE.search(kernel.source)
+        threads = (int(declared_threads.group(1)) if declared_threads
+                   else config.num_warps * hw.warp_size)
         declared = _MAX_THREADS_RE.search(kernel.source)
         reasons: list[str] = []
         if declared and threads > int(declared.group(1)):

@@ -34,6 +34,8 @@ from porter.codegen.emit import Emitter
 from porter.codegen.emit import KernelArgs
 from porter.codegen.emit import sym_to_python
 from porter.codegen.ir import Node
+from porter.codegen.templates import ENV
+from porter.codegen.templates import safe_name
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -233,14 +235,11 @@ def dispatch_of(op: GeneratedOp, config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _render(op: GeneratedOp, config: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    from porter.codegen.op import _ENV
-    from porter.codegen.op import _safe
-
     cfg = MetalConfig.of(config)
     io = _io_dtype(op, config)
     g = op.graph
     args = KernelArgs(g.symbols)
-    kname = "porter_" + _safe(op.name)
+    kname = "porter_" + safe_name(op.name)
     common = {"name": op.name, "family": op.family, "fused_ops": list(op.fusion.ops),
               "kname": kname, "vec": cfg.vec, "index_bits": cfg.index_bits}
     sig = _Sig(op, io)
@@ -256,7 +255,7 @@ def _render(op: GeneratedOp, config: dict[str, Any]) -> tuple[str, dict[str, Any
         threads = cfg.threads
         disp = _dispatch(kname, sig, cfg, io, sizes={"n_elements": numel},
                          grid=f"-(-n_elements // {cfg.vec * threads})", threads=threads)
-        src = _ENV.get_template("metal_elementwise.metal.j2").render(
+        src = ENV.get_template("metal_elementwise.metal.j2").render(
             **common, params=sig.params, scalar_lines=sig.scalar_lines, body=body,
             dispatch_json=json.dumps(disp, sort_keys=True))
         return src, disp
@@ -331,8 +330,6 @@ def _vec_ok(terms: list[str], extent: str, vec: int) -> str:
 def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: KernelArgs,
                     sig: _Sig, common: dict[str, Any],
                     vec_terms: list[str]) -> tuple[str, dict[str, Any]]:
-    from porter.codegen.op import _ENV
-
     g = op.graph
     plan = op.plan
     assert plan is not None
@@ -419,7 +416,7 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     grid = "n_rows" if cfg.rows == 1 else f"-(-n_rows // {cfg.rows})"
     disp = _dispatch(common["kname"], sig, cfg, io, sizes=sizes, grid=grid, threads=cfg.threads,
                      post=bool(post_lines))
-    src = _ENV.get_template("metal_rowwise.metal.j2").render(
+    src = ENV.get_template("metal_rowwise.metal.j2").render(
         **common, params=sig.params, scalar_lines=sig.scalar_lines, body=body,
         row_coord_lines=coord_lines, threads=cfg.threads, rows=cfg.rows, post=post_lines,
         dispatch_json=json.dumps(disp, sort_keys=True))
@@ -483,7 +480,7 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
     max_threads = int(hw.limits.max_threads_per_block.value) if hw is not None else 1024
     tg_bytes = int(hw.limits.shared_memory_per_block_bytes.value) if hw is not None else 32768
     index = "i32" if max_elements < 2 ** 31 else "i64"
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = [default_config(op, sizes, max_threads, simd, index)]
     widths = [t for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads and t % simd == 0]
     if op.plan is None:
         numel = max(1, sizes.get("numel", 1))
@@ -495,7 +492,7 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
                     continue  # one partial threadgroup: a smaller one does the same
                 out.append({"strategy": "metal", "threads": t, "rows": 1, "vec": vec,
                             "index": index})
-        return out
+        return _dedup(out)
     n_cols = max(1, sizes.get("n_cols", 1))
     for t in widths:
         if (t // simd) * 4 > tg_bytes:
@@ -508,4 +505,33 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
             if t > simd and n_cols <= 8 * simd * vec:
                 out.append({"strategy": "metal", "threads": t, "rows": t // simd, "vec": vec,
                             "index": index})
+    return _dedup(out)
+
+
+def default_config(op: GeneratedOp, sizes: dict[str, int], max_threads: int = 1024,
+                   simd: int = SIMD_WIDTH, index: str = "i64") -> dict[str, Any]:
+    """The config tried first (the projection cannot tell threadgroup shapes apart): 4-wide
+    vectors; rows up to 8 SIMD widths one SIMD-group each, 8 rows per threadgroup; wider rows
+    one threadgroup each, about 16 columns per thread, 64..max threads."""
+    if op.plan is None:
+        return {"strategy": "metal", "threads": min(256, max_threads), "rows": 1, "vec": 4,
+                "index": index}
+    n_cols = max(1, sizes.get("n_cols", 1))
+    if n_cols <= 8 * simd:
+        t = min(8 * simd, max_threads)
+        return {"strategy": "metal", "threads": t, "rows": t // simd, "vec": 4 if n_cols >= 128
+                else 1, "index": index}
+    t = 64
+    while t < max_threads and t * 16 < n_cols:
+        t *= 2
+    return {"strategy": "metal", "threads": t, "rows": 1, "vec": 4, "index": index}
+
+
+def _dedup(configs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen, out = set(), []
+    for c in configs:
+        key = tuple(sorted(c.items()))
+        if key not in seen:
+            seen.add(key)
+            out.append(c)
     return out

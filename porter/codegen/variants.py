@@ -253,10 +253,12 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                     amd.append({**cfg, **extra})
         out = amd
     if backend == "metal":
-        # Metal kernels run one threadgroup per row (rowwise) or a flat 1-D grid; only the
-        # threadgroup size varies, and a threadgroup's scratch (threads * 4 B) fits 32 KB.
-        out = [{"strategy": "metal", "threads": t} for t in (64, 128, 256, 512, 1024)
-               if t <= max_threads and t * 4 <= smem]
+        # threads per threadgroup x rows per threadgroup x vector width x index width, pruned
+        # by the device model (porter.codegen.metal.variant_space)
+        from porter.codegen import metal
+
+        extent = max((x.numel() for x in inputs if isinstance(x, torch.Tensor)), default=1)
+        out = metal.variant_space(op, hw, sizes, 4 * extent)
     default = default_config(op, hw, inputs, dtype)
     for cfg in out:
         cfg["dtype"] = _DT.get(dt, str(dt))
