@@ -9,6 +9,10 @@ dtype, and runs that kernel. It never silently runs a kernel that was not verifi
   An entry that was only compiled, or none for this device, means the reference runs instead.
 - on a CPU the kernel runs under the Triton interpreter, and only when the entry reached the
   interpreted tier; the loader says plainly that this is the interpreter (correct, not fast).
+- a Metal entry (Apple M4) runs through PyTorch's MPS backend (`torch.mps.compile_shader`,
+  porter.mps) on tensors on "mps", or on the CPU Metal executor when the pack is loaded with
+  device="m4" and the tensors are on the CPU; it must have reached the emulated tier (checked
+  on that executor). Where MPS is missing, the reference runs, with one warning.
 
 Loading a pack executes its Python, as installing a package does, so the pack is checked whole
 when it is loaded (porter.pack's integrity rule): every manifest path must lie inside the pack and
@@ -217,6 +221,7 @@ class PackedOp:
         self._modules: dict[tuple[str, bool], _Verified] = {}
         # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
         self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
+        self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
         self._lock = threading.Lock()
         self._gpu_target, self._detect_reason = self._resolve_device(device)
         self._cpu_target = device if device and self._entry(device) is not None else None
@@ -317,6 +322,9 @@ class PackedOp:
             if c.runs_kernel:
                 assert c.bucket is not None
                 mode = " under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret else ""
+                if c.bucket["file"].endswith(".metal"):
+                    mode = (" on the CPU Metal executor (correct, not fast)" if c.interpret
+                            else " through PyTorch's MPS backend")
                 lines.append(f"runs {c.reason}{mode}; config {c.bucket['config']}; "
                              f"file {c.bucket['file']}")
             else:
@@ -347,6 +355,8 @@ class PackedOp:
                 return out
             return result
         assert choice.bucket is not None
+        if choice.bucket["file"].endswith(".metal"):
+            return self._run_metal(choice, inputs, out)
         prefer = (choice.bucket.get("numbers") or {}).get("prefer_reference")
         if prefer and not choice.interpret:
             # Measured on this device when the pack was made: the reference op was faster for
@@ -386,6 +396,30 @@ class PackedOp:
                 if not choice.interpret and key is not None:
                     self._resolved[key] = (module, None)
                 return result
+
+    def _run_metal(self, choice: Choice, inputs: tuple[Any, ...], out: Any) -> Any:
+        """A Metal entry: through MPS on a Mac, the CPU executor on a CPU (porter.mps), from the
+        bytes verified at load time; the reference where neither can run it (said once)."""
+        from porter import mps
+
+        assert choice.bucket is not None
+        rel = choice.bucket["file"]
+        with self._lock:
+            if rel not in self._metal:
+                self._metal[rel] = mps.MetalRunner(self._sources[rel].decode(),
+                                                   label=f"{self.op}/{rel}")
+            runner = self._metal[rel]
+        why = runner.unavailable(inputs)
+        if why is not None:
+            self._warn_once(f"{choice.target} Metal entry: {why}")
+            result = self.reference(*inputs)
+            return result if out is None else _ReferenceModule(lambda *a: result).launch(
+                *inputs, out=out)
+        self._log_once(f"metal:{choice.target}", "%s: running the %s Metal kernel %s", self.op,
+                       choice.target, "through MPS" if inputs and any(
+                           isinstance(t, torch.Tensor) and t.device.type == "mps"
+                           for t in inputs) else "on the CPU Metal executor (correct, not fast)")
+        return runner(inputs, out, self.reference)
 
     def _module(self, rel: str, interpret: bool) -> ModuleType:
         """The module of pack file `rel`, executed from the bytes verified at load time."""

@@ -133,3 +133,32 @@ def output_dtype(dispatch: dict[str, Any], index: int) -> torch.dtype | None:
     """The torch dtype of output `index`'s buffer."""
     b = next((b for b in dispatch["buffers"] if b["role"] == "output" and b["out"] == index), None)
     return None if b is None else _DTYPES.get(b["type"])
+
+
+def manifest_entry(source: str, shape: Sequence[int]) -> dict[str, Any]:
+    """The dispatch a pack's manifest carries for one bucket of a Metal entry.
+
+    Kernel name, buffer order, roles and types, the sizes and grid as expressions, threads per
+    threadgroup, and the grid worked out at the bucket's shape where the sizes depend on the
+    first input alone (`at_shape`; absent otherwise).
+    """
+    disp = parse(source)
+    out = {k: disp[k] for k in ("format", "kernel", "buffers", "sizes", "launches", "index_bits")}
+
+    class _Shaped:
+        def __init__(self, s: Sequence[int]) -> None:
+            self.shape = tuple(int(d) for d in s)
+
+    try:
+        ns: dict[str, Any] = {"inputs": (_Shaped(shape),), "math": math}
+        for name, expr in disp["sizes"].items():
+            ns[name] = int(_eval(expr, ns))
+        out["at_shape"] = {
+            "shape": [int(d) for d in shape],
+            "launches": [{"kernel": ln["kernel"],
+                          "threadgroups": [int(_eval(g, ns)) for g in ln["threadgroups"]],
+                          "threads": [int(t) for t in ln["threads"]]}
+                         for ln in disp["launches"]]}
+    except (AttributeError, IndexError, NameError, TypeError):
+        pass  # sizes that need more than the first input's shape
+    return out
