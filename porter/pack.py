@@ -50,6 +50,7 @@ from typing import Any
 import yaml
 
 from porter.errors import PorterError
+from targets.tiers import TIERS  # noqa: F401 - re-exported: the tier names, lowest to highest
 
 if TYPE_CHECKING:
     from porter.port import PortResult
@@ -59,7 +60,6 @@ log = logging.getLogger(__name__)
 FORMAT = "kernel-porter-pack/1"
 MANIFEST = "manifest.yaml"
 REFERENCE = "reference.py"
-TIERS = ("emitted", "compiled", "interpreted", "measured")
 VENDOR_DIRS = ("nvidia", "amd", "apple")
 
 
@@ -129,7 +129,8 @@ def _pow2_ceil(n: int) -> int:
 
 
 def tier_rank(tier: str) -> int:
-    """Order of a tier name (emitted < compiled < interpreted < measured); -1 when unknown."""
+    """Order of a tier name (targets.tiers: emitted < compiled < interpreted < emulated <
+    measured); -1 when unknown."""
     return TIERS.index(tier) if tier in TIERS else -1
 
 
@@ -314,6 +315,8 @@ def _write_entry(staging: Path, result: PortResult, tr: Any,
                 "numbers": dict(choice.numbers),
             }
         )
+        if tr.backend == "metal":
+            _metal_bucket(buckets[-1], choice.source)
     tiers = [b["tier"] for b in buckets]
     return {
         "target": tr.target,
@@ -658,6 +661,21 @@ def entry_files(entry: dict[str, Any]) -> list[str]:
     return sorted({b["file"] for b in entry.get("buckets", ())})
 
 
+def _metal_bucket(bucket: dict[str, Any], source: str) -> None:
+    """A Metal bucket carries what a host needs to dispatch it (porter.mps reads the same line
+    from the verified source), and its time says its expected error is not known."""
+    from targets.metal_host import DispatchError
+    from targets.metal_host import manifest_entry
+
+    try:
+        bucket["dispatch"] = manifest_entry(source, bucket["shape"])
+    except DispatchError as exc:
+        log.warning("%s: no dispatch info for the manifest: %s", bucket["file"], exc)
+    if bucket["numbers"].get("label") == "projected":
+        bucket["numbers"].setdefault(
+            "expected_error", "unknown until measured: no Apple GPU has run these kernels")
+
+
 def summary_rows(manifest: dict[str, Any]) -> list[list[Any]]:
     """One row per (entry, bucket) for `porter pack show`."""
     rows: list[list[Any]] = []
@@ -670,6 +688,8 @@ def summary_rows(manifest: dict[str, Any]) -> list[list[Any]]:
                 f"{t * 1e3:.1f} us ({n.get('label', '?')}"
                 + (f", p20-p80 {n['p20_ms'] * 1e3:.1f}-{n['p80_ms'] * 1e3:.1f}"
                    if n.get("p20_ms") is not None and n.get("p80_ms") is not None else "")
+                + (", error unknown" if str(n.get("expected_error", "")).startswith("unknown")
+                   else "")
                 + ")"
             )
             pct = n.get("pct_of_peak")
