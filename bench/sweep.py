@@ -58,13 +58,13 @@ def parse_where(items: list[str]) -> dict[str, str]:
 
 def generated(op_name: str) -> tuple[Any, Any]:
     """(spec, GeneratedOp) for an example op, generated as `porter port` does."""
-    from porter.port import _generate
+    from porter.port import generate_op
     from porter.spec import load_spec
 
     spec = load_spec(REPO / "examples" / op_name / "spec.py")
     gen = torch.Generator().manual_seed(0)
     example = spec.make_inputs(spec.interpret_shapes[0], spec.dtypes[0], torch.device("cpu"), gen)
-    return spec, _generate(spec.reference, tuple(example), op_name)
+    return spec, generate_op(spec.reference, tuple(example), op_name)
 
 
 def local_gpu(script: str) -> tuple[torch.device, Any]:

@@ -40,3 +40,7 @@ class KernelUnavailableError(PorterError):
 class FleetError(PorterError):
     """A fleet file (`porter compare --fleet`) cannot be used; the message names the file and
     the field, e.g. "fleets/ours.yaml: devices[1].count: must be a positive integer, got 'x'"."""
+
+
+class PortError(PorterError):
+    """The port cannot start: unknown target, or a spec/op the porter cannot handle."""

@@ -12,6 +12,11 @@ Verdicts:
     rejected  failed a tier: did not fit, did not compile, or failed a correctness stage
     skipped   not judged (e.g. the interpreted-check budget on a CPU was spent); says why. Not
               "done": a resumed run with budget left judges it.
+
+Besides verdicts the ledger records each role's artifact per target as it is written, one line
+{"kind": "artifact", "target", "role", "implementation", "path" (relative to the ledger's
+folder), "sha256", "at"} in `ledger.artifacts.jsonl` beside `ledger.jsonl` (so readers of the
+verdict lines see only verdicts); `artifacts()` returns the latest per (target, role, path).
 """
 
 from __future__ import annotations
@@ -31,12 +36,13 @@ from typing import Any
 from typing import Literal
 
 from porter.errors import PorterError
+from targets.tiers import TIERS  # noqa: F401 - importable from here as before
+from targets.tiers import tier_rank
 
 log = logging.getLogger(__name__)
 
 Verdict = Literal["kept", "reverted", "rejected", "skipped"]
 VERDICTS = ("kept", "reverted", "rejected", "skipped")
-TIERS = ("emitted", "compiled", "interpreted", "measured")
 
 CSV_COLUMNS = (
     "target",
@@ -132,8 +138,17 @@ class Ledger:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._entries: dict[str, LedgerEntry] = {}
         self._order: list[str] = []
+        self._artifacts: dict[tuple[str, str, str], dict[str, Any]] = {}
+        self.artifacts_path = self.path.with_name(self.path.stem + ".artifacts.jsonl")
         if self.path.exists():
             self._read_back()
+        if self.artifacts_path.exists():
+            for line in self.artifacts_path.read_text().splitlines():
+                try:
+                    raw = json.loads(line)
+                    self._artifacts[(raw["target"], raw["role"], raw["path"])] = raw
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn line: that artifact is recorded again when rewritten
 
     def _read_back(self) -> None:
         text = self.path.read_text()
@@ -196,16 +211,38 @@ class Ledger:
                 found = entry  # later keeps supersede earlier ones
         return found
 
+    def artifacts(self, target: str | None = None) -> list[dict[str, Any]]:
+        """The artifact records (latest per target, role and path), in the order written."""
+        return [a for a in self._artifacts.values() if target is None or a["target"] == target]
+
     # -- writing -------------------------------------------------------------------------
+    def artifact(self, *, target: str, role: str, implementation: str,
+                 path: str | os.PathLike[str]) -> dict[str, Any]:
+        """Record that `role` wrote `path` for `target` (its sha256 taken now)."""
+        file = Path(path)
+        try:
+            rel = str(file.resolve().relative_to(self.path.parent.resolve()))
+        except ValueError:
+            rel = str(file)
+        line = {"kind": "artifact", "target": target, "role": role,
+                "implementation": implementation, "path": rel,
+                "sha256": hashlib.sha256(file.read_bytes()).hexdigest(), "at": time.time()}
+        self._append(json.dumps(line, sort_keys=True), self.artifacts_path)
+        self._artifacts.pop((target, role, rel), None)
+        self._artifacts[(target, role, rel)] = line
+        return line
+
+    def _append(self, line: str, path: Path | None = None) -> None:
+        with (path or self.path).open("a") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
     def record(self, entry: LedgerEntry) -> LedgerEntry:
         """Append one entry and flush it to disk before returning."""
         if not entry.at:
             entry = LedgerEntry(**{**asdict(entry), "at": time.time()})
-        line = json.dumps(asdict(entry), sort_keys=True, default=str)
-        with self.path.open("a") as fh:
-            fh.write(line + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
+        self._append(json.dumps(asdict(entry), sort_keys=True, default=str))
         self._remember(entry)
         return entry
 
@@ -316,12 +353,12 @@ def _compare(kept: LedgerEntry | None, numbers: dict[str, Any], tier: str) -> tu
         return "kept", "measured on the device; replaces a projected keep"
     if new_t is None:
         # No number: rank by tier reached, so a checked kernel beats an unchecked one.
-        if old_t is None and TIERS.index(tier) > TIERS.index(kept.tier):
+        if old_t is None and tier_rank(tier) > tier_rank(kept.tier):
             return "kept", f"reached tier {tier} (kept one reached {kept.tier})"
         return "reverted", "no time to compare against the kept candidate"
     if old_t is None:
         return "kept", f"{new_t:.4g} ms; the kept candidate had no time"
-    if TIERS.index(tier) < TIERS.index(kept.tier):
+    if tier_rank(tier) < tier_rank(kept.tier):
         return "reverted", f"reached only {tier}; kept one reached {kept.tier}"
     if new_t < old_t:
         return "kept", f"{new_t:.4g} ms < kept {old_t:.4g} ms ({(old_t / new_t - 1) * 100:.1f}% faster)"

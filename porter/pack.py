@@ -53,7 +53,7 @@ from porter.errors import PorterError
 from targets.tiers import TIERS  # noqa: F401 - re-exported: the tier names, lowest to highest
 
 if TYPE_CHECKING:
-    from porter.port import PortResult
+    from porter.results import PortResult
 
 log = logging.getLogger(__name__)
 

@@ -15,17 +15,15 @@ The plan is data (`runs/<id>/<target>/tuning_plan.json`); `porter.search` orders
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-from dataclasses import asdict
-from dataclasses import dataclass
-from dataclasses import field
-from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
 import torch
+
+from porter.roles.artifacts import ShapePlan
+from porter.roles.artifacts import TuningPlan
 
 if TYPE_CHECKING:
     from harness.problem import Problem
@@ -41,46 +39,6 @@ LAUNCH_BOUND_MS = 0.005
 # bench/NOTES.md). The same rule is `porter.codegen.heuristics.rowwise_default`'s.
 ELEMS_PER_THREAD = 16
 ELEMS_PER_THREAD_WIDE = 32
-
-
-@dataclass(frozen=True)
-class ShapePlan:
-    """The roofline view of one shape on one device."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    bytes_moved: int
-    flops: int
-    memory_floor_ms: float
-    compute_floor_ms: float
-    floor_ms: float
-    bound: str  # "memory" | "compute" | "launch"
-    knob_order: tuple[str, ...]
-    preferred: dict[str, Any] = field(default_factory=dict)  # knob -> value to try first
-    note: str = ""
-
-
-@dataclass(frozen=True)
-class TuningPlan:
-    target: str
-    op: str
-    shapes: tuple[ShapePlan, ...]
-
-    def for_shape(self, shape: tuple[int, ...], dtype: str) -> ShapePlan | None:
-        for sp in self.shapes:
-            if sp.shape == tuple(shape) and sp.dtype == dtype:
-                return sp
-        return None
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, default=str)
-
-    def write(self, path: str | Path) -> Path:
-        """Write the plan as JSON (`tuning_plan.json`) and return the path."""
-        out = Path(path)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(self.to_json() + "\n")
-        return out
 
 
 def dtype_name(dtype: torch.dtype) -> str:

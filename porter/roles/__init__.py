@@ -35,10 +35,25 @@ from porter.roles.base import TargetContext
 from porter.roles.base import Team
 from porter.roles.base import WriteRequest
 
+
+
+def rules_team() -> Team:
+    """The offline team: rules, templates and the hardware model behind every role."""
+    from porter.roles.benchmark import HarnessBenchmark
+    from porter.roles.debugger import RuleDebugger
+    from porter.roles.planner import RulePlanner
+    from porter.roles.profiler import StaticProfiler
+    from porter.roles.search import RuleSearch
+    from porter.roles.writer import TemplateWriter
+
+    return Team(planner=RulePlanner(), search=RuleSearch(), writer=TemplateWriter(),
+                benchmark=HarnessBenchmark(), debugger=RuleDebugger(), profiler=StaticProfiler())
+
+
 __all__ = [
     "BenchRow", "Benchmark", "Candidates", "DebugReport", "DebugRequest", "Debugger",
     "Diagnosis", "Exchange", "JudgeRequest", "KernelSource", "KernelWriter", "PlanRequest",
     "Planner", "ProfileReport", "ProfileRequest", "Profiler", "Search", "SearchRequest",
     "ShapePlan", "TargetContext", "Team", "TuningPlan", "UnitCandidates", "UnitProfile",
-    "WriteRequest",
+    "WriteRequest", "rules_team",
 ]

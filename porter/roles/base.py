@@ -64,6 +64,13 @@ class TargetContext:
     run_dir: Path
     target_dir: Path
     measured_here: bool = False
+    session: Any = None  # the run's shared state (porter.session.PortSession)
+    plan: TuningPlan | None = None  # the Planner's artifact, once planned
+    tolerance: str = ""  # the judge's tolerance policy as text, once a check ran
+
+    def capabilities(self) -> Any:
+        """What the target's backend can do here (`targets.base.Capabilities`)."""
+        return self.backend.capabilities()
 
     @property
     def target(self) -> str:
@@ -286,9 +293,11 @@ class Exchange(Artifact):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def record_exchange(path: Path, role: Role, target: str, request: Artifact, response: Any,
-                    seconds: float, extra: dict[str, Any] | None = None) -> Exchange:
-    """Append one exchange to `path` (JSONL) and return it."""
+def record_exchange(path: Path, role: Role, target: str, request: Artifact | dict[str, Any],
+                    response: Any, seconds: float, extra: dict[str, Any] | None = None,
+                    ) -> Exchange:
+    """Append one exchange to `path` (JSONL) and return it. `request`/`response` may be given
+    as plain dicts already (e.g. with kernel sources replaced by their sha256)."""
     if isinstance(response, Artifact):
         answer: Any = response.to_dict()
     elif isinstance(response, (list, tuple)):
@@ -296,7 +305,8 @@ def record_exchange(path: Path, role: Role, target: str, request: Artifact, resp
     else:
         answer = response
     ex = Exchange(role=role.name, implementation=role.implementation, target=target,
-                  request=request.to_dict(), response=answer, seconds=round(seconds, 4),
+                  request=request.to_dict() if isinstance(request, Artifact) else request,
+                  response=answer, seconds=round(seconds, 4),
                   at=time.time(), extra=dict(extra or {}))
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a") as fh:

@@ -101,7 +101,7 @@ def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row(
     import hwmodels
     from porter.codegen import generate
     from porter.codegen import load_generated_module
-    from porter.port import _refitting_candidate
+    from porter.judge.interpreted import RefittingCandidate
 
     def ce(x, t):
         return F.cross_entropy(x, t)
@@ -112,7 +112,7 @@ def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row(
     module = load_generated_module(op.triton_module_source(), "ce_refit", interpret=True)
     for strategy in ("single_pass", "persistent"):
         cfg = {"strategy": strategy, "ROWS": 1, "BLOCK_N": 64, "num_warps": 2, "num_stages": 3}
-        cand = _refitting_candidate(module, op, hwmodels.get("h100"), cfg)
+        cand = RefittingCandidate(module, op, hwmodels.get("h100"), cfg)
         wide = (torch.randn(3, 20000, generator=g), torch.randint(0, 20000, (3,), generator=g))
         got = cand(*wide)
         assert cand.refitted == [(3, 20000)]
@@ -123,7 +123,7 @@ def test_judge_refit_runs_the_looped_kernel_where_one_block_cannot_hold_the_row(
     # two blocks tuned for 40 columns (32 + 8): at 100 columns the head and tail are re-derived
     # (64 + 64), and the kernel stays the two-block one
     cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": 32, "BLOCK_TAIL": 8, "num_warps": 1}
-    cand = _refitting_candidate(module, op, hwmodels.get("h100"), cfg)
+    cand = RefittingCandidate(module, op, hwmodels.get("h100"), cfg)
     narrow = (torch.randn(5, 100, generator=g), torch.randint(0, 100, (5,), generator=g))
     torch.testing.assert_close(cand(*narrow), ce(*narrow), rtol=1e-4, atol=1e-4)
     assert cand.refitted == [(5, 100)]
@@ -154,23 +154,25 @@ def test_a_hung_candidate_is_recorded_rejected_and_the_run_resumes_without_it(
     # What the watchdog does when a candidate's device run passes its deadline (the kernel of
     # bench/NOTES.md item 26 never finished): the ledger gets the verdict before the process
     # ends, so reopening it (a resumed run) finds the candidate judged.
+    from types import SimpleNamespace
+
     import hwmodels
-    from porter import port as port_mod
+    from porter.judge import device
+    from porter.judge.common import Pending
     from porter.ledger import Ledger
     from porter.ledger import candidate_key
     from porter.search import Candidate
 
     exits: list[int] = []
-    monkeypatch.setattr(port_mod, "_exit", exits.append)
-    porter_ = port_mod._Porter.__new__(port_mod._Porter)
-    porter_.ledger = Ledger(tmp_path / "ledger.jsonl")
-    porter_.progress = lambda line: None
+    monkeypatch.setattr(device, "_exit", exits.append)
+    session = SimpleNamespace(ledger=Ledger(tmp_path / "ledger.jsonl"), judged_in_target=0,
+                              detail=lambda line: None)
     cfg = {"strategy": "tma_ws", "BLOCK_M": 128, "dtype": "bf16"}
     key = candidate_key("h100", "ab" * 32, cfg, "4096x4096", "bf16")
-    pending = port_mod._Pending(Candidate(cfg), "src", "ab" * 32, key, {}, {}, "compiled")
-    porter_._hung(hwmodels.get("h100"), None, "4096x4096", "bf16", (4096, 4096), pending,
-                  "its first run at (4096, 4096)")
-    assert exits == [port_mod.DEVICE_HUNG_EXIT]
+    pending = Pending(Candidate(cfg), "src", "ab" * 32, key, {}, {}, "compiled")
+    device.hung(session, hwmodels.get("h100"), "4096x4096", "bf16", (4096, 4096), pending,
+                "its first run at (4096, 4096)")
+    assert exits == [device.DEVICE_HUNG_EXIT]
     err = capsys.readouterr().err
     assert "did not finish in" in err and "resumes without it" in err
     reopened = Ledger(tmp_path / "ledger.jsonl")
@@ -255,31 +257,33 @@ def test_device_checks_are_not_shared_across_launch_knobs() -> None:
     """The interpreter's check is shared between configs that differ only in launch knobs (it
     computes the same), the device's is not: there num_stages decides whether the kernel fits
     in shared memory at the judge's shapes (bench/NOTES.md item 31)."""
-    from porter import port as port_mod
+    from porter.judge.common import Pending
+    from porter.judge.common import check_key
+    from porter.judge.common import device_check_key
     from porter.search import Candidate
 
-    porter_ = port_mod._Porter.__new__(port_mod._Porter)
     base = {"strategy": "tma_persistent", "BLOCK_M": 128, "BLOCK_N": 256, "FLATTEN": True,
             "num_warps": 8, "dtype": "bf16"}
 
-    def pending(stages: int) -> port_mod._Pending:
+    def pending(stages: int) -> Pending:
         cfg = {**base, "num_stages": stages}
-        return port_mod._Pending(Candidate(cfg), "src", "ab" * 32, "key", {}, {}, "compiled")
+        return Pending(Candidate(cfg), "src", "ab" * 32, "key", {}, {}, "compiled")
 
     three, four = pending(3), pending(4)
-    assert porter_._check_key(three) == porter_._check_key(four)
-    assert porter_._device_check_key(three, "bf16") != porter_._device_check_key(four, "bf16")
-    assert porter_._device_check_key(three, "bf16") == porter_._device_check_key(pending(3), "bf16")
+    assert check_key(three) == check_key(four)
+    assert device_check_key(three, "bf16") != device_check_key(four, "bf16")
+    assert device_check_key(three, "bf16") == device_check_key(pending(3), "bf16")
 
 
-def test_a_config_near_the_shared_memory_limit_is_compiled_at_the_judges_shapes() -> None:
+def test_a_config_near_the_shared_memory_limit_is_compiled_at_the_judges_shapes(
+        monkeypatch) -> None:
     """Triton specializes per launch (an int that is not a multiple of 16 loses its hint); a
     config that fits at its bucket can need more shared memory at a judge shape. The compile
     tier compiles each distinct specialization at the judge's shapes once and names the shape
     that does not fit (bench/NOTES.md item 31); where every one fits it says nothing."""
     from types import SimpleNamespace
 
-    from porter import port as port_mod
+    from porter.judge import compile_tier
     from porter.search import Candidate
     from targets.base import KernelRef
 
@@ -299,23 +303,22 @@ def test_a_config_near_the_shared_memory_limit_is_compiled_at_the_judges_shapes(
         return SimpleNamespace(fits=aligned or not tight,
                                reasons=[] if aligned else ["shared memory 262176 B > 232448 B"])
 
-    porter_ = port_mod._Porter.__new__(port_mod._Porter)
-    porter_.problem = SimpleNamespace(
+    session = SimpleNamespace(problem=SimpleNamespace(
         smoke_shape=(7, 33), sweep_shapes=[(64, 64), (128, 4096)], odd_shapes=(), extra={},
-        make_inputs=lambda shape, dtype, device, gen: (torch.empty(shape, device="meta"),))
-    porter_.gen_op = GenOp()
-    porter_._source_file = lambda cand: Path("unused.py")
+        make_inputs=lambda shape, dtype, device, gen: (torch.empty(shape, device="meta"),)),
+        gen_op=GenOp())
+    monkeypatch.setattr(compile_tier, "source_file", lambda session, cand: Path("unused.py"))
     backend = SimpleNamespace(name="triton-cuda", compile=compile_)
     cand = Candidate({"num_warps": 8, "num_stages": 4})
 
     tight = True
-    why = porter_._misfit_at_judge_shapes(None, backend, cand, (64, 64), torch.bfloat16,
-                                          [ref_at((64, 64))])
+    why = compile_tier.misfit_at_judge_shapes(session, None, backend, cand, (64, 64),
+                                              torch.bfloat16, [ref_at((64, 64))])
     assert "(7, 33)" in why and "262176" in why and "fits at (64, 64)" in why
     assert compiled == [{"n": "i32"}]  # the aligned specialization was the bucket's: not redone
     tight, compiled[:] = False, []
-    assert porter_._misfit_at_judge_shapes(None, backend, cand, (64, 64), torch.bfloat16,
-                                           [ref_at((64, 64))]) == ""
+    assert compile_tier.misfit_at_judge_shapes(session, None, backend, cand, (64, 64),
+                                               torch.bfloat16, [ref_at((64, 64))]) == ""
     assert compiled == [{"n": "i32"}]  # one compile per distinct specialization
 
 
@@ -396,26 +399,23 @@ def test_search_budget_defaults() -> None:
 def test_time_budget_trims_later_units_to_what_is_left() -> None:
     import time
 
-    from porter import port as port_mod
+    from porter import budget
     from porter.search import Candidate
 
-    porter_ = port_mod._Porter.__new__(port_mod._Porter)
     cands = tuple(Candidate({"num_warps": w}) for w in (1, 2, 4, 8, 16, 32, 64, 128))
-    porter_.time_budget_s = 120.0
-    porter_.judged_in_target = 20  # 20 candidates in 40 s: 2 s each
+    judged = 20  # 20 candidates in 40 s: 2 s each
     started = time.perf_counter() - 40.0
     # 80 s left for 4 units: 20 s each, all 8 candidates fit
-    assert porter_._within_time_budget(cands, 7, 10, started, True) == cands
+    assert budget.within_time_budget(cands, 7, 10, started, judged, 120.0) == cands
     # 80 s left for 20 units: 4 s each, two candidates (the search's first two)
-    assert porter_._within_time_budget(cands, 6, 25, started, True) == cands[:2]
+    assert budget.within_time_budget(cands, 6, 25, started, judged, 120.0) == cands[:2]
     # past the budget: never below DEVICE_MIN_VARIANTS
     late = time.perf_counter() - 500.0
-    assert len(porter_._within_time_budget(cands, 6, 10, late, True)) == port_mod.DEVICE_MIN_VARIANTS
-    # no time budget, the first unit, or projected (not measured) targets: untouched
-    assert porter_._within_time_budget(cands, 6, 25, started, False) == cands
-    assert porter_._within_time_budget(cands, 1, 25, started, True) == cands
-    porter_.time_budget_s = None
-    assert porter_._within_time_budget(cands, 6, 25, started, True) == cands
+    assert len(budget.within_time_budget(cands, 6, 10, late, judged, 120.0)) == (
+        budget.DEVICE_MIN_VARIANTS)
+    # no time budget or the first unit: untouched (projected targets never call it: the loop)
+    assert budget.within_time_budget(cands, 1, 25, started, judged, 120.0) == cands
+    assert budget.within_time_budget(cands, 6, 25, started, judged, None) == cands
 
 
 @pytest.mark.parametrize("reason, brief", [
@@ -441,9 +441,9 @@ def test_rejections_are_told_in_a_few_words(reason: str, brief: str) -> None:
 def test_earlier_winners_are_tried_first_on_the_device() -> None:
     # a config kept at an earlier unit of the target (another dtype or bucket) goes first, the
     # latest winner before older ones; the rest keep the search's order
-    from porter.port import _capped_list
-    from porter.port import _winners_first
+    from porter.budget import capped_list as _capped_list
     from porter.search import Candidate
+    from porter.search import winners_first as _winners_first
 
     cands = tuple(Candidate({"BLOCK_M": m, "dtype": "fp16"}) for m in (64, 128, 256, 32))
     winners = [{"BLOCK_M": 32}, {"BLOCK_M": 256}]
@@ -454,7 +454,7 @@ def test_earlier_winners_are_tried_first_on_the_device() -> None:
 
 
 def test_capped_search_result_counts_what_it_left_out() -> None:
-    from porter.port import _capped
+    from porter.budget import capped as _capped
     from porter.search import Candidate
     from porter.search import SearchResult
 

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_existing_candidates_follow_the_launcher_signature() -> None:
-    from porter.port import _existing_candidates
+    from porter.roles.search import existing_configs
 
     def takes_warps(x: Any, w: Any, out: Any = None, num_warps: int = 4) -> Any:
         return out
@@ -30,13 +30,13 @@ def test_existing_candidates_follow_the_launcher_signature() -> None:
 
     kernel = SimpleNamespace(name="k", source="", constexprs={})
     tun = {"num_warps": [4, 8, 16], "BLOCK_N": [1024, 2048]}
-    three = _existing_candidates(SimpleNamespace(triton_kernel=kernel, triton_launcher=takes_warps,
+    three = existing_configs(SimpleNamespace(triton_kernel=kernel, triton_launcher=takes_warps,
                                                  tunables=tun))
-    assert [c.config for c in three] == [{"origin": "existing", "num_warps": w} for w in (4, 8, 16)]
-    one = _existing_candidates(SimpleNamespace(triton_kernel=kernel, triton_launcher=takes_none,
+    assert three == [{"origin": "existing", "num_warps": w} for w in (4, 8, 16)]
+    one = existing_configs(SimpleNamespace(triton_kernel=kernel, triton_launcher=takes_none,
                                                tunables=tun))
-    assert [c.config for c in one] == [{"origin": "existing"}]
-    assert _existing_candidates(SimpleNamespace(triton_kernel=None, triton_launcher=None,
+    assert one == [{"origin": "existing"}]
+    assert existing_configs(SimpleNamespace(triton_kernel=None, triton_launcher=None,
                                                 tunables={})) == []
 
 
@@ -52,7 +52,7 @@ class _NoGenerated(FakeGenerated):
 def existing_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import porter.port
 
-    monkeypatch.setattr(porter.port, "_generate", lambda ref, ex, name: _NoGenerated(tmp_path))
+    monkeypatch.setattr(porter.port, "generate_op", lambda ref, ex, name: _NoGenerated(tmp_path))
     folder = tmp_path / "rms"
     folder.mkdir()
     shutil.copyfile(ROOT / "examples" / "rmsnorm" / "kernel.py", folder / "kernel.py")

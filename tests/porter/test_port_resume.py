@@ -37,7 +37,7 @@ class RowsGenerated(FakeGenerated):
 
 
 class FakeCheck:
-    """Stands in for `porter.port._interpreted_check`: passes the configs `passes` accepts,
+    """Stands in for `porter.judge.interpreted.interpreted_check`: passes the configs `passes` accepts,
     fails the others with a sweep mismatch, and counts what it was asked to check."""
 
     def __init__(self, passes: Any = lambda config: True) -> None:
@@ -56,16 +56,16 @@ class FakeCheck:
 def standin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import porter.port
 
-    monkeypatch.setattr(porter.port, "_generate", lambda ref, ex, name: RowsGenerated(tmp_path))
+    monkeypatch.setattr(porter.port, "generate_op", lambda ref, ex, name: RowsGenerated(tmp_path))
     spec = tmp_path / "spec.py"
     spec.write_text(SPEC)
     return spec
 
 
 def _use_check(monkeypatch: pytest.MonkeyPatch, check: FakeCheck) -> FakeCheck:
-    import porter.port
+    import porter.judge.interpreted
 
-    monkeypatch.setattr(porter.port, "_interpreted_check", check)
+    monkeypatch.setattr(porter.judge.interpreted, "interpreted_check", check)
     return check
 
 

@@ -81,7 +81,7 @@ class FakeGenerated:
 def fake_codegen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import porter.port
 
-    monkeypatch.setattr(porter.port, "_generate", lambda ref, ex, name: FakeGenerated(tmp_path))
+    monkeypatch.setattr(porter.port, "generate_op", lambda ref, ex, name: FakeGenerated(tmp_path))
     spec = tmp_path / "spec.py"
     spec.write_text(SPEC)
     return spec

@@ -9,7 +9,7 @@ import torch
 
 import hwmodels
 from porter.planner import plan
-from porter.port import _generate
+from porter.port import generate_op as _generate
 from porter.search import search
 from porter.spec import load_spec
 from targets.registry import for_device

@@ -1,0 +1,226 @@
+"""The measured tier on the local GPU: each candidate checked at its bucket's shape and timed side
+by side, the fastest through every stage of the judge, the kept one timed beside eager PyTorch
+and held to the speed of light. A candidate whose device runs pass their deadline is taken to
+be hung: the ledger records it rejected and the process ends (a CUDA kernel cannot be stopped
+from the host), so the same command resumes without it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+
+from porter.budget import DEVICE_DEADLINE_S
+from porter.errors import PortError
+from porter.judge.common import Pending
+from porter.judge.common import device_check_key
+from porter.judge.common import record_verdict
+from porter.judge.interpreted import RefittingCandidate
+from porter.planner import dtype_name
+from porter.verdicts import cfg_text
+from targets.tiers import Tier
+
+if TYPE_CHECKING:
+    import torch
+
+    from hwmodels.model import HardwareModel
+    from porter.session import PortSession
+    from targets.base import TargetBackend
+
+# A bucket runs the reference op instead of the kernel only when eager is clearly faster: kernel
+# slower at the median by more than 3% (and in at least 80% of paired repetitions).
+PREFER_REFERENCE_BELOW = 0.97
+
+# Repetitions of the on-device timing (candidates side by side, then the winner beside eager).
+# At 20, configs 4% apart at a 15 us shape swapped places between runs (bench/NOTES.md item 18);
+# a repetition costs about a quarter millisecond (head start and LLC flush included).
+DEVICE_REPS = 50
+# A first screen of every candidate at SCREEN_REPS, then the FINALISTS fastest again at
+# DEVICE_REPS side by side: full repetitions only where the ranking is close enough to matter.
+SCREEN_REPS = 10
+FINALISTS = 3
+
+DEVICE_HUNG_EXIT = 3
+_exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
+
+
+@contextlib.contextmanager
+def deadline(seconds: float, on_expire: Callable[[], None]) -> Iterator[None]:
+    """Run the block; if it is still running after `seconds`, call `on_expire` from a watchdog
+    thread (the blocked thread waits in CUDA with the GIL released, so the watchdog runs)."""
+    timer = threading.Timer(seconds, on_expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBackend,
+                  shape: tuple[int, ...], dtype: torch.dtype, bucket: str,
+                  pending: list[Pending]) -> str:
+    """Measured tier on the local GPU for one (bucket, dtype).
+
+    Every candidate is first checked at the bucket's own shape (one trial, poisoned output,
+    fp32 reference: the smoke stage) and, if right, timed alone. The fastest then goes
+    through all five stages (shared between buckets when the kernel body, config and dtype
+    are the same) before it is kept; if it fails, the next fastest is tried. The kept one is
+    timed beside eager to record the speedup, and the speed-of-light gate applies.
+    """
+    import dataclasses
+
+    import torch
+
+    from harness import check
+    from harness.roofline import analyze
+    from harness.timing import compare
+
+    dname = dtype_name(dtype)
+    dev = torch.device("cuda")
+
+    def make_args() -> tuple[Any, ...]:
+        return tuple(session.problem.make_inputs(shape, dtype, dev, torch.Generator(dev)))
+
+    limit = session.target_deadline_s
+
+    def on_hang(p: Pending, what: str) -> Callable[[], None]:
+        return lambda: hung(session, hw, bucket, dname, shape, p, what, limit)
+
+    at_shape = dataclasses.replace(session.problem, smoke_shape=tuple(shape))
+    passing: list[tuple[Pending, Any]] = []
+    for p in pending:
+        module = session.module(p.source, interpret=False)
+        cand = RefittingCandidate(module, session.gen_op, hw, p.cand.config)
+        try:
+            with deadline(limit, on_hang(p, f"its first run at {shape}")):
+                quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
+                              stages=["smoke"], dtypes=[dtype])
+        except ValueError as exc:
+            # harness.check's ProblemError (a ValueError): the spec's own code failed
+            raise PortError(f"{session.spec.path}: the spec's own code failed while its kernel "
+                            f"was judged on the device: {exc}") from exc
+        except Exception as exc:  # noqa: BLE001 - a kernel that crashes is a verdict
+            record_verdict(session, hw, bucket, dname, shape, p, passed=False,
+                        why=f"crashed at {shape}: {type(exc).__name__}: {exc}")
+            continue
+        if not quick.passed:
+            failed = quick.failed
+            record_verdict(session, hw, bucket, dname, shape, p, passed=False,
+                        why=f"{failed.name}: {failed.message}" if failed else "failed")
+            continue
+        passing.append((p, cand))
+    # (finalist? 0 : 1, median ms): a screened-out candidate never outranks a finalist, whose
+    # full-repetition median can differ from its screen's
+    timed: list[tuple[tuple[int, float], Pending, Any]] = []
+
+    def time_side_by_side(group: list[tuple[Pending, Any]], reps: int) -> dict[int, Any]:
+        # Candidates timed interleaved in one comparison (same inputs, same machine drift);
+        # events with the host head start and a flushed LLC every repetition.
+        cmp = compare({str(i): (lambda *a, _c=c: _c(*a)) for i, (_, c) in enumerate(group)},
+                      make_args, hw=hw, reps=reps, warmup=3, graph=False)
+        return {id(p): cmp.timings[str(i)] for i, (p, _) in enumerate(group)}
+
+    if passing:
+        screened = len(passing) > FINALISTS
+        timings = time_side_by_side(passing, SCREEN_REPS if screened else DEVICE_REPS)
+        finalists = {id(p) for p, _ in passing}
+        if screened:
+            # the screen ranks them; the FINALISTS fastest are timed again at full reps
+            ranked = sorted(passing, key=lambda pc: timings[id(pc[0])].median_ms)
+            timings.update(time_side_by_side(ranked[:FINALISTS], DEVICE_REPS))
+            finalists = {id(p) for p, _ in ranked[:FINALISTS]}
+        for p, cand in passing:
+            t = timings[id(p)]
+            p.numbers = {**p.numbers, "projected_ms": p.numbers.get("time_ms"),
+                         "time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                         "label": "measured", "reps": t.reps}
+            timed.append(((0 if id(p) in finalists else 1, t.median_ms), p, cand))
+    timed.sort(key=lambda item: item[0])
+    tol = ""
+    winner: tuple[Pending, Any] | None = None
+    for _, p, cand in timed:
+        if winner is not None:
+            break
+        ckey = device_check_key(p, dname)
+        if ckey not in session.checks:
+            try:
+                with deadline(limit, on_hang(p, "its check at the judge's shapes")):
+                    report = check(session.problem, cand, device="cuda", interpret=False, hw=hw,
+                                   dtypes=[dtype])
+            except ValueError as exc:
+                # harness.check's ProblemError (a ValueError): the spec's own code failed
+                raise PortError(f"{session.spec.path}: the spec's own code failed while its "
+                                f"kernel was judged on the device: {exc}") from exc
+            msg = ("passed all stages on the device" if report.passed else
+                   f"{report.failed.name}: {report.failed.message}" if report.failed
+                   else "failed")
+            session.checks[ckey] = (report.passed, msg, report.tolerances)
+            session.checks_run += 1
+        else:
+            session.checks_shared += 1
+        passed, msg, tol = session.checks[ckey]
+        p.details["check"] = {"key": ckey, "interpreted": False, "passed": passed,
+                              "message": msg, "tolerances": tol}
+        session.record(hw, backend.name, "measured" if passed else "compiled", passed,
+                     p.cand.config, shape, dname, message=msg)
+        if not passed:
+            record_verdict(session, hw, bucket, dname, shape, p, passed=False, why=msg)
+            continue
+        winner = (p, cand)
+    if winner is None:
+        return tol
+    p, cand = winner
+    cmp = compare({"kernel": lambda *a: cand(*a), "eager": session.problem.reference},
+                  make_args, hw=hw, reps=DEVICE_REPS, graph=False)
+    t = cmp.timings["kernel"]
+    nbytes = p.numbers.get("bytes_moved") or 0
+    flops = p.numbers.get("flops") or 0
+    unit = "matrix" if getattr(session.gen_op, "family", "") == "matmul_epilogue" else "simt"
+    roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math=unit)
+    vs_eager = cmp.ratio("eager", "kernel")  # eager time / kernel time, per-rep pairs
+    p.numbers.update({"time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
+                      "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
+                      "speedup_vs_eager": vs_eager[0],
+                      "speedup_vs_eager_p20_p80": [vs_eager[1], vs_eager[2]]})
+    if vs_eager[2] < 1.0 and vs_eager[0] < PREFER_REFERENCE_BELOW:
+        # Eager PyTorch was faster in (at least) 80% of the paired repetitions, and by more
+        # than noise at the median: the pack says so and its loader runs the reference for
+        # this bucket on this device.
+        p.numbers["prefer_reference"] = (
+            f"eager PyTorch is faster here: kernel {t.median_ms * 1e3:.1f} us vs eager "
+            f"{cmp.timings['eager'].median_ms * 1e3:.1f} us (ratio p80 {vs_eager[2]:.2f})")
+    if roof.exceeds_speed_of_light:
+        record_verdict(session, hw, bucket, dname, shape, p, passed=False, why=roof.message)
+        return tol
+    p.tier = Tier.MEASURED
+    session.record(hw, backend.name, "measured", True, p.cand.config, shape, dname,
+                 metrics={"median_ms": t.median_ms, "pct_peak": roof.pct_peak,
+                          "speedup_vs_eager": p.numbers["speedup_vs_eager"]},
+                 spread={"p20_ms": t.p20_ms, "p80_ms": t.p80_ms}, message=roof.message)
+    record_verdict(session, hw, bucket, dname, shape, p, passed=True)
+    for _, other, _c in timed:
+        if other is not p and "check" not in other.details:
+            # timed and right at its shape, but slower than the kept one: reverted
+            record_verdict(session, hw, bucket, dname, shape, other, passed=True,
+                        why="checked at its shape (smoke) and timed; slower than the kept")
+    return tol
+
+
+def hung(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
+         shape: tuple[int, ...], p: Pending, what: str,
+         limit: float = DEVICE_DEADLINE_S) -> None:
+    """A candidate's device run passed its deadline (called from the watchdog thread):
+    record it rejected, say so, and end the process (the hung kernel holds the GPU)."""
+    why = (f"{what} did not finish in {limit:.0f} s: taken to be hung "
+           "(a CUDA kernel cannot be stopped from the host)")
+    record_verdict(session, hw, bucket, dname, shape, p, passed=False, why=why)
+    print(f"porter port: {hw.name} {bucket}/{dname} {cfg_text(p.cand.config)}: {why}. Stopping; "
+          f"the ledger ({session.ledger.path}) has it rejected, so the same command resumes "
+          "without it.", file=sys.stderr, flush=True)
+    _exit(DEVICE_HUNG_EXIT)

@@ -1,0 +1,311 @@
+"""The loop that drives the team for one target (DESIGN.md, "Data flow of porter port"):
+
+    plan      Planner  -> tuning_plan.json          the shapes on the roofline, what to try first
+    search    Search   -> candidates.json           per (shape, dtype) unit, best first, capped
+    for each unit:
+      write   Kernel Writer -> KernelSource         one per candidate
+      judge   Benchmark -> BenchRow per kernel      compile, check, time or project; the ledger
+                                                    keeps the fastest that passed, reverts the rest
+      debug   Debugger -> Diagnosis per rejection   a fix where a rule knows one, verified at the
+                                                    compile tier
+      profile Profiler -> UnitProfile of the kept   resources, roofline, counters when measured
+    artifacts per target: the six files above plus kernel.py / kernel.metal, bench_results.csv,
+    debug_report.json (+ kernel_fixed.py), profile_report.json; each recorded in the ledger, and
+    every role call (request and answer) in roles.jsonl.
+
+On the device, configs kept at earlier units go first and later units get fewer candidates
+when the target runs past its time budget (`porter.budget`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+from porter import budget
+from porter.ledger import config_key
+from porter.ledger import source_hash
+from porter.pack import shape_bucket
+from porter.planner import dtype_name
+from porter.results import BucketChoice
+from porter.results import TargetResult
+from porter.roles import artifacts as art
+from porter.roles.base import DebugRequest
+from porter.roles.base import JudgeRequest
+from porter.roles.base import PlanRequest
+from porter.roles.base import ProfileRequest
+from porter.roles.base import SearchRequest
+from porter.roles.base import TargetContext
+from porter.roles.base import WriteRequest
+from porter.roles.base import record_exchange
+from porter.verdicts import cfg_text
+from porter.verdicts import failure_summary
+
+if TYPE_CHECKING:
+    from porter.roles.base import Role
+    from porter.roles.base import Team
+    from porter.session import PortSession
+
+# Debugger fixes verified per target (each a cross-compile). Fixes are checked at the compile
+# tier and reported; they do not compete for the pack, so a port keeps the configs it picked.
+MAX_FIXES_PER_TARGET = 4
+
+
+class _Calls:
+    """Calls a role and records what it saw and said in <target>/roles.jsonl."""
+
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx, self.path = ctx, ctx.target_dir / "roles.jsonl"
+
+    def __call__(self, role: Role, method: str, request: Any) -> Any:
+        started = time.perf_counter()
+        answer = getattr(role, method)(self.ctx, request)
+        record_exchange(self.path, role, self.ctx.target, _brief(request), _brief(answer),
+                        time.perf_counter() - started)
+        return answer
+
+
+def _brief(obj: Any) -> Any:
+    """A request or answer for roles.jsonl, kernel sources replaced by their sha256."""
+    if isinstance(obj, (list, tuple)):
+        return [_brief(o) for o in obj]
+    raw = obj.to_dict() if isinstance(obj, art.Artifact) else obj
+    if isinstance(raw, dict):
+        return {k: (f"sha256:{source_hash(v)}" if k == "source" else _brief(v))
+                for k, v in raw.items()}
+    return raw
+
+
+def _save(ctx: TargetContext, role: Role, path: Path) -> Path:
+    ctx.session.ledger.artifact(target=ctx.target, role=role.name,
+                                implementation=role.implementation, path=path)
+    return path
+
+
+def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
+    """Port `session`'s op to one target with `team`; returns the kept kernel per unit."""
+    import torch
+
+    import hwmodels
+    import targets
+
+    hw = hwmodels.get(name)
+    backend = targets.for_device(hw)
+    tdir = session.run_dir / hw.name
+    ctx = TargetContext(spec=session.spec, problem=session.problem, hw=hw, backend=backend,
+                        gen_op=session.gen_op, run_dir=session.run_dir, target_dir=tdir,
+                        measured_here=session.local == hw.name, session=session)
+    caps, call, say = ctx.capabilities(), _Calls(ctx), session.progress
+    pairs = session.unit_pairs()
+    shapes = list(dict.fromkeys(s for s, _ in pairs))
+    ctx.plan = plan = call(team.planner, "plan", PlanRequest(
+        op=session.spec.name, target=hw.name, family=ctx.family, shapes=tuple(shapes),
+        dtypes=tuple(dict.fromkeys(dtype_name(d) for _, d in pairs))))
+    _save(ctx, team.planner, plan.write(tdir / art.TUNING_PLAN))
+    say(f"[{hw.name}] {backend.name} {hw.build.arch}: plan -> {tdir / art.TUNING_PLAN}")
+    notes: list[str] = []
+    if not caps.compiles_here:
+        lang = caps.language.capitalize()
+        notes.append(f"{lang}: source emitted only; no {lang} compiler runs on this machine")
+    if not ctx.measured_here:
+        notes.append("times projected (not measured): the target GPU is not on this machine")
+
+    # the units: one per (shape bucket, dtype); a shape sharing a bucket is tuned once
+    units: list[tuple[tuple[int, ...], Any, str, str]] = []
+    seen: dict[tuple[str, str], tuple[int, ...]] = {}
+    for shape in shapes:
+        meta = session.problem.make_inputs(shape, pairs[0][1], torch.device("meta"),
+                                           torch.Generator().manual_seed(0))
+        first = next((t for t in meta if isinstance(t, torch.Tensor)), None)
+        bucket = shape_bucket(first.shape if first is not None else shape)
+        for dtype in [d for s, d in pairs if s == shape]:
+            dname = dtype_name(dtype)
+            if (bucket, dname) in seen:
+                notes.append(f"shape {shape} shares bucket {bucket} with "
+                             f"{seen[(bucket, dname)]}; tuned once")
+                continue
+            seen[(bucket, dname)] = shape
+            units.append((shape, dtype, dname, bucket))
+
+    def search(shape: tuple[int, ...], dname: str, bucket: str,
+               winners: tuple[dict[str, Any], ...] = ()) -> art.UnitCandidates:
+        return call(team.search, "candidates", SearchRequest(
+            target=hw.name, shape=shape, dtype=dname, bucket=bucket,
+            plan=plan.for_shape(shape, dname), max_variants=session.max_variants,
+            winners=winners))
+
+    found = {(b, d): search(s, d, b) for s, _, d, b in units}
+    n_cands = sum(len([c for c in u.candidates if c.origin != "existing"]) for u in found.values())
+    n_valid = n_cands + sum(u.capped for u in found.values())
+    _save(ctx, team.search, art.Candidates(hw.name, tuple(found.values())).write(
+        tdir / art.CANDIDATES))
+    if ctx.measured_here:
+        floor = max((x.floor_ms for x in plan.shapes), default=0.0)
+        session.target_deadline_s = budget.device_deadline_s(
+            session.deadline_s, budget.scaled_deadline_s(floor, len(session.judge_shapes())))
+    more = f"; --exhaustive for all {n_valid}" if n_cands < n_valid else ""
+    say(f"[{hw.name}] {len(units)} shape/dtype units, {n_cands} of {n_valid} valid candidates "
+        f"({'measured on this GPU' if ctx.measured_here else 'projected'}{more})")
+
+    choices: list[BucketChoice] = []
+    failures: list[str] = []
+    written: list[art.KernelSource] = []
+    diagnoses: list[art.Diagnosis] = []
+    fixed: list[art.KernelSource] = []
+    profiles: list[art.UnitProfile] = []
+    winners: list[dict[str, Any]] = []  # configs kept at earlier units, dtype left out
+    started = time.perf_counter()
+    session.judged_in_target = 0
+    for index, (shape, _dtype, dname, bucket) in enumerate(units, 1):
+        unit = found[(bucket, dname)]
+        if ctx.measured_here and winners:
+            unit = found[(bucket, dname)] = search(shape, dname, bucket, tuple(winners))
+        generated = tuple(c for c in unit.candidates if c.origin != "existing")
+        if ctx.measured_here:
+            generated = budget.within_time_budget(generated, index, len(units), started,
+                                                  session.judged_in_target,
+                                                  session.time_budget_s)
+        cands = generated + tuple(c for c in unit.candidates if c.origin == "existing")
+        kernels = tuple(call(team.writer, "write", WriteRequest(
+            target=hw.name, config=c.config, bucket=bucket, dtype=dname,
+            origin="existing" if c.origin == "existing" else "generated")) for c in cands)
+        written.extend(kernels)
+        session.already_judged = 0
+        rows = call(team.benchmark, "judge", JudgeRequest(
+            target=hw.name, bucket=bucket, dtype=dname, shape=shape, kernels=kernels))
+        by_config = {config_key(k.config): k for k in kernels}
+        for row in rows:
+            if row.verdict == "rejected" and row.config in by_config:
+                diag = call(team.debugger, "diagnose", DebugRequest(
+                    target=hw.name, shape=shape, row=row, kernel=by_config[row.config],
+                    details=_details(session, row)))
+                if diag.fix_config is not None and len(fixed) < MAX_FIXES_PER_TARGET:
+                    diag, kernel = _verify_fix(ctx, team, call, diag, shape)
+                    if kernel is not None:
+                        fixed.append(kernel)
+                diagnoses.append(diag)
+        choice = _choice(session, hw.name, shape, dname, bucket, kernels, team, call)
+        if choice is not None:
+            choices.append(choice)
+            winners.append({k: v for k, v in choice.config.items() if k != "dtype"})
+            kept = session.ledger.kept(hw.name, bucket, dname)
+            profiles.append(call(team.profiler, "profile", ProfileRequest(
+                target=hw.name, bucket=bucket, dtype=dname, shape=shape, config=choice.config,
+                tier=choice.tier, numbers=dict(choice.numbers),
+                details=dict(kept.details) if kept is not None else {})))
+            t = choice.numbers.get("time_ms")
+            outcome = f"kept {cfg_text(choice.config)}, {choice.tier}" + (
+                f", {t * 1e3:.1f} us {choice.numbers.get('label', '')}" if t is not None else "")
+        else:
+            why = failure_summary(session.ledger, hw.name, bucket, dname)
+            failures.append(f"{bucket}/{dname}: {why}")
+            notes.append(f"{bucket}/{dname}: no candidate passed")
+            outcome = f"no kernel: {why}"
+        elapsed = time.perf_counter() - started
+        left = elapsed / index * (len(units) - index)
+        again = f"; {session.already_judged} already judged" if session.already_judged else ""
+        say(f"[{hw.name}] {index}/{len(units)} {bucket}/{dname}, {len(cands)} candidates{again}: "
+            f"{outcome} ({elapsed:.0f} s, ~{left:.0f} s left)")
+
+    _write_artifacts(ctx, team, choices, written, diagnoses, fixed, profiles)
+    session.ledger.write_csv(session.run_dir / art.BENCH_RESULTS)
+    return TargetResult(
+        target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
+        hw_model_hash=hwmodels.model_hash(hw), tolerance=ctx.tolerance or _tolerance_text(ctx),
+        choices=tuple(choices), notes=tuple(dict.fromkeys(notes)), failures=tuple(failures))
+
+
+def _details(session: PortSession, row: art.BenchRow) -> dict[str, Any]:
+    """What the judge recorded about a row's candidate (compiled kernels, check)."""
+    for e in session.ledger:
+        if (e.target, e.bucket, e.dtype, config_key(e.config), e.source_hash[:16]) == (
+                row.target, row.bucket, row.dtype, row.config, row.source_hash):
+            return {k: v for k, v in e.details.items() if not k.startswith("_")}
+    return {}
+
+
+def _verify_fix(ctx: TargetContext, team: Team, call: _Calls, diag: art.Diagnosis,
+                shape: tuple[int, ...]) -> tuple[art.Diagnosis, art.KernelSource | None]:
+    """The Debugger's fix written and compiled for the target: fixed when it fits now."""
+    from dataclasses import replace
+
+    from porter.judge.compile_tier import fits
+
+    assert diag.fix_config is not None
+    kernel = call(team.writer, "write", WriteRequest(
+        target=ctx.target, config=diag.fix_config, bucket=diag.bucket, dtype=diag.dtype))
+    ok, why = fits(ctx.session, ctx.hw, ctx.backend, diag.fix_config, kernel.source, shape,
+                   diag.dtype)
+    diag = replace(diag, fixed=ok, fix_verdict=why)
+    if not ok:
+        return diag, None
+    return diag, replace(kernel, origin="fixed",
+                         note=f"{diag.fix_change}; fixes: {' '.join(diag.failure.split())}")
+
+
+def _choice(session: PortSession, target: str, shape: tuple[int, ...], dname: str, bucket: str,
+            kernels: tuple[art.KernelSource, ...], team: Team, call: _Calls,
+            ) -> BucketChoice | None:
+    """The kept kernel of one unit as the pack will hold it (its source written again)."""
+    import logging
+
+    kept = session.ledger.kept(target, bucket, dname)
+    if kept is None:
+        return None
+    kernel = next((k for k in kernels if config_key(k.config) == config_key(kept.config)), None)
+    if kernel is None:  # kept in an earlier invocation of a resumed run
+        origin = "existing" if kept.config.get("origin") == "existing" else "generated"
+        kernel = call(team.writer, "write", WriteRequest(
+            target=target, config=kept.config, origin=origin, bucket=bucket, dtype=dname))
+    if source_hash(kernel.source) != kept.source_hash:
+        logging.getLogger(__name__).warning(
+            "%s %s/%s: regenerated source differs from the judged one; the pack gets the "
+            "regenerated one", target, bucket, dname)
+    numbers = {k: v for k, v in kept.numbers.items() if not isinstance(v, dict)}
+    return BucketChoice(bucket=bucket, dtype=dname, shape=tuple(shape), config=kept.config,
+                        source=kernel.source, tier=kept.tier, numbers=numbers,
+                        origin="existing" if kernel.origin == "existing" else "generated")
+
+
+def _write_artifacts(ctx: TargetContext, team: Team, choices: list[BucketChoice],
+                     written: list[art.KernelSource], diagnoses: list[art.Diagnosis],
+                     fixed: list[art.KernelSource], profiles: list[art.UnitProfile]) -> None:
+    """The per-target artifacts of the Kernel Writer, Benchmark, Debugger and Profiler."""
+    from porter.roles.benchmark import bench_row
+
+    tdir, target = ctx.target_dir, ctx.target
+    language = ctx.capabilities().language
+    if choices:  # the source kept for the most units, with those units named
+        common, _ = Counter(c.source for c in choices).most_common(1)[0]
+        mine = [c for c in choices if c.source == common]
+        kernel = art.KernelSource(
+            target=target, language="triton" if mine[0].origin == "existing" else language,
+            source=common, config=dict(mine[0].config), origin=mine[0].origin,
+            bucket=mine[0].bucket, dtype=mine[0].dtype,
+            note="kept for " + ", ".join(f"{c.bucket}/{c.dtype}" for c in mine))
+    elif written:
+        kernel = art.KernelSource(**{**written[0].__dict__,
+                                     "note": "no candidate passed; the first one written"})
+    else:
+        kernel = None
+    if kernel is not None:
+        _save(ctx, team.writer, kernel.write_file(tdir / kernel.filename))
+    rows = [bench_row(e) for e in ctx.session.ledger if e.target == target]
+    _save(ctx, team.benchmark, art.write_bench_csv(rows, tdir / art.BENCH_RESULTS))
+    _save(ctx, team.debugger, art.DebugReport(target, tuple(diagnoses)).write(
+        tdir / art.DEBUG_REPORT))
+    if fixed:
+        name = art.KERNEL_FIXED if fixed[0].language != "metal" else "kernel_fixed.metal"
+        _save(ctx, team.debugger, fixed[0].write_file(tdir / name))
+    _save(ctx, team.profiler, art.ProfileReport(target, tuple(profiles)).write(
+        tdir / art.PROFILE_REPORT))
+
+
+def _tolerance_text(ctx: TargetContext) -> str:
+    from harness.tolerance import tolerance
+
+    return "; ".join(f"{dtype_name(d)}: {tolerance(d, ctx.hw).describe()}"
+                     for d in ctx.spec.dtypes)

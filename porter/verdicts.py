@@ -1,0 +1,93 @@
+"""Verdicts in words: a rejection's kind and detail, a unit's failures summed up by kind, a config
+in one line. What the port prints and what the Debugger classifies by."""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    from porter.ledger import Ledger
+
+
+def cfg_text(config: dict[str, Any]) -> str:
+    """A config on one line: "num_warps=4,BLOCK_N=4096"."""
+    return ",".join(f"{k}={v}" for k, v in config.items())
+
+
+def failure_summary(ledger: Ledger, target: str, bucket: str, dname: str) -> str:
+    """What the candidates of one (target, bucket, dtype) with no kernel did, by kind:
+    "8 candidates, none passed: 5 misfit (registers), 3 failed sweep at bf16 (max abs err
+    3.1e-01)"."""
+    entries = [e for e in ledger
+               if (e.target, e.bucket, e.dtype) == (target, bucket, dname)]
+    if not entries:
+        return "no candidate was offered (the search's space was empty after pruning)"
+    kinds: dict[str, list[str]] = {}
+    for e in entries:
+        if e.verdict == "rejected":
+            kind, detail = reject_kind(e.reason)
+        elif e.verdict == "skipped":
+            kind, detail = "not checked (check budget spent; raise --max-checks)", ""
+        else:
+            kind, detail = f"{e.verdict} ({' '.join(e.reason.split())[:60]})", ""
+        kinds.setdefault(kind, []).append(detail)
+    parts = []
+    for kind, details in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+        example = next((d for d in details if d), "")
+        parts.append(f"{len(details)} {kind}" + (f" ({example})" if example else ""))
+    return f"{len(entries)} candidates, none passed: " + ", ".join(parts)
+
+
+_STAGES = ("smoke", "sweep", "adversarial", "determinism", "odd_sizes")
+# what a misfit ran out of, by the words of backend.compile's reasons
+_RESOURCES = (("register", "registers"), ("spill", "spills"), ("shared memory", "shared memory"),
+              ("lds", "LDS"), ("thread", "threads"), ("warp", "threads"))
+
+
+def reject_kind(reason: str) -> tuple[str, str]:
+    """A rejection reason as (kind, detail): kinds group candidates in the port's summary,
+    e.g. ("misfit (registers)", ""), ("failed sweep at bf16", "max abs err 3.1e-01"),
+    ("crashed", "RuntimeError: illegal memory access")."""
+    text = " ".join(reason.split())
+    low = text.lower()
+    if "taken to be hung" in low:
+        return "hung", ""
+    if "does not fit" in low or "but not at the judge's" in low:
+        what = next((name for key, name in _RESOURCES if key in low), "resources")
+        return f"misfit ({what})", ""
+    if low.startswith("compile error"):
+        return "compile error", clip(text.split(":", 1)[-1])
+    if "could not specialize" in low or "could not be specialized" in low:
+        return "no such config", clip(text.split(":", 1)[-1])
+    if "timed out" in low:
+        return "check timed out", ""
+    if "crashed" in low:
+        last = text.split(" | ")[-1] if " | " in text else text.split(": ", 1)[-1]
+        return "crashed", clip(last)
+    stage = next((st for st in _STAGES if low.startswith(st + ":") or f"] {st}:" in low), None)
+    if stage is not None:
+        dtype = re.search(r"dtype (\w+)", text)
+        kind = f"failed {stage}" + (f" at {dtype.group(1)}" if dtype else "")
+        err = re.search(r"max abs err [0-9.e+-]+", text)
+        if err:
+            return kind, err.group(0)
+        if "nan/inf" in low:
+            return kind, "NaN/Inf where the reference is finite"
+        raised = re.search(r"raised (\w+)", text)
+        return kind, f"raised {raised.group(1)}" if raised else clip(text.split(":", 1)[-1])
+    if "speed of light" in low or "roofline" in low:
+        return "faster than the roofline allows", ""
+    return clip(text, 60), ""
+
+
+def brief_reason(reason: str) -> str:
+    """A rejection reason in a few words for a progress line (the ledger keeps it whole)."""
+    kind, detail = reject_kind(reason)
+    return f"{kind} ({detail})" if detail else kind
+
+
+def clip(text: str, limit: int = 70) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
