@@ -258,3 +258,94 @@ def test_argument_checks(prog: MetalProgram) -> None:
 def test_unsupported_construct_is_named() -> None:
     with pytest.raises(TranslateError, match="texture"):
         translate("kernel void k(texture2d<float> t [[texture(0)]]) {}")
+
+
+# -- generated kernels, judged on the executor (the emulated tier) ----------------------------
+
+def _gen(name: str, config: dict) -> tuple[object, str]:
+    from porter.codegen import generate
+    from porter.spec import load_spec
+
+    spec = load_spec(f"examples/{name}/spec.py")
+    x = spec.make_inputs(spec.interpret_shapes[0], torch.float32, torch.device("cpu"),
+                         torch.Generator().manual_seed(0))
+    return spec, generate(spec.reference, x, name=spec.name).metal_source(config)
+
+
+def test_generated_rowwise_reaches_emulated() -> None:
+    from harness.emulated import check_source
+
+    spec, src = _gen("rmsnorm", {"threads": 64, "vec": 4, "index": "i32", "dtype": "fp32"})
+    assert "typedef int idx_t;" in src and "simd_sum" in src and "bfloat" not in src
+    report = check_source(spec.problem(interpret=True, dtypes=[torch.float32]), src)
+    assert report.passed, report.summary()
+    assert [s.name for s in report.stages] == ["smoke", "sweep", "adversarial", "determinism",
+                                              "odd_sizes"]
+
+
+def test_one_simdgroup_per_row_needs_no_threadgroup_memory() -> None:
+    from harness.emulated import check_source
+
+    spec, src = _gen("softmax", {"threads": 128, "rows": 4, "vec": 2, "dtype": "bf16"})
+    main = src.split("kernel void")[1]
+    assert "threadgroup float" not in main and "porter_simd_reduce<1>" in main
+    report = check_source(spec.problem(interpret=True, dtypes=[torch.bfloat16]), src,
+                          stages=["smoke", "odd_sizes"])
+    assert report.passed, report.summary()
+
+
+def test_the_vector_path_runs_and_is_judged() -> None:
+    # Two lanes of the vector store swapped: only the aligned (vector) path is wrong, and the
+    # judge must see it, so the vector path really runs at the judge's shapes.
+    from harness.emulated import check_source
+
+    spec, src = _gen("rmsnorm", {"threads": 64, "vec": 4, "dtype": "fp32"})
+    assert "ov0_0.y = " in src and "ov0_0.z = " in src
+    bad = src.replace("ov0_0.y = ", "ov0_0.TMP = ").replace("ov0_0.z = ", "ov0_0.y = ")
+    bad = bad.replace("ov0_0.TMP = ", "ov0_0.z = ")
+    report = check_source(spec.problem(interpret=True, dtypes=[torch.float32]), bad,
+                          stages=["smoke", "sweep"])
+    assert not report.passed and report.failed.reason == "mismatch"
+
+
+def test_backend_capability_and_candidate() -> None:
+    import hwmodels
+    from targets.metal import MetalBackend
+    from targets.metal_exec.candidate import MetalCandidate
+
+    backend = MetalBackend()
+    caps = backend.capabilities()
+    assert caps.cpu_check == "emulator" and caps.tier_here == "emulated"
+    _, src = _gen("gelu", {"threads": 128, "vec": 4, "dtype": "fp32"})
+    cand = backend.candidate(src, hwmodels.get("m4"))
+    assert isinstance(cand, MetalCandidate)
+    x = torch.randn(3, 37)
+    out = torch.full_like(x, float("nan"))
+    assert cand(x, out=out) is out and cand.launches == 1
+    torch.testing.assert_close(out, torch.nn.functional.gelu(x), rtol=1e-5, atol=1e-6)
+
+
+def test_variant_space_is_pruned_by_the_device_model() -> None:
+    from dataclasses import replace
+
+    import hwmodels
+    from porter.codegen import generate
+    from porter.codegen.metal import variant_space
+    from porter.spec import load_spec
+
+    m4 = hwmodels.get("m4")
+    spec = load_spec("examples/softmax/spec.py")
+    x = spec.make_inputs((4, 64), torch.float32, torch.device("cpu"), torch.Generator())
+    op = generate(spec.reference, x, name="softmax")
+    space = variant_space(op, m4, {"n_rows": 4096, "n_cols": 4096}, 2 ** 24)
+    assert space[0] == {"strategy": "metal", "threads": 256, "rows": 1, "vec": 4, "index": "i32"}
+    assert all(c["threads"] % 32 == 0 and c["threads"] <= 1024 for c in space)
+    assert {c["vec"] for c in space} == {1, 2, 4}
+    small = replace(m4, limits=replace(m4.limits, max_threads_per_block=replace(
+        m4.limits.max_threads_per_block, value=256)))
+    assert max(c["threads"] for c in variant_space(op, small, {"n_rows": 4096,
+                                                               "n_cols": 4096}, 2 ** 24)) == 256
+    assert {c["index"] for c in variant_space(op, m4, {"n_rows": 4, "n_cols": 4}, 2 ** 32)} == {
+        "i64"}
+    narrow = variant_space(op, m4, {"n_rows": 4096, "n_cols": 100}, 2 ** 20)
+    assert narrow[0]["rows"] == 8 and any(c["rows"] > 1 for c in narrow)
