@@ -264,6 +264,8 @@ def find_groups(traced: TracedModel) -> list[Group]:
         groups.append(_fused_group(gm, members[gid], kind))
     for n in nodes:
         k = kind[n]
+        if not isinstance(n.meta.get("tensor_meta"), torch.fx.passes.shape_prop.TensorMetadata):
+            continue  # no tensor made (grad mode, autocast, vmap bookkeeping): no kernel
         if k == "matmul":
             groups.append(Group(0, [n], list(n.all_input_nodes), [n], [op_name(gm, n)], "matmul",
                                 op_name(gm, n), reason=_LINEAR_REASON))
@@ -374,9 +376,15 @@ def _standalone(gm: fx.GraphModule, members: list[fx.Node], outputs: list[fx.Nod
         name = f"v{counter[0]}"
         counter[0] += 1
         env[n] = graph.create_node(op, target, args, kwargs, name=name)
+    if not inputs:
+        return "", inputs, "reads no tensor (makes constants)"
     for i in inputs:
-        if not isinstance(i.meta.get("tensor_meta"), torch.fx.passes.shape_prop.TensorMetadata):
+        tm = i.meta.get("tensor_meta")
+        if not isinstance(tm, torch.fx.passes.shape_prop.TensorMetadata):
             return "", inputs, f"reads a non-tensor value ({i.name})"
+        if not tm.dtype.is_floating_point:
+            return "", inputs, (f"reads a {str(tm.dtype).removeprefix('torch.')} tensor "
+                                f"({i.name}): specs are made with float inputs only")
     outs = [env[o] for o in outputs]
     graph.output(outs[0] if len(outs) == 1 else tuple(outs))
     pc = graph.python_code(root_module="self")

@@ -140,9 +140,9 @@ def build_hf(arch: str, *, size: str = "toy", device: str = "cpu",
     batch, seq = s.pop("batch"), s.pop("seq")
     cfg = getattr(transformers, HF_CONFIGS[arch])(**s, max_position_embeddings=max(seq, 128))
     cfg._attn_implementation = "sdpa"
-    model = transformers.AutoModelForCausalLM.from_config(cfg)
+    lm = transformers.AutoModelForCausalLM.from_config(cfg)
     dtype = dtype or (torch.bfloat16 if size == "realistic" else torch.float32)
-    model = model.to(device=device, dtype=dtype).eval()
+    model = CausalLMLogits(lm).to(device=device, dtype=dtype).eval()
     ids = torch.randint(0, s["vocab_size"], (batch, seq), device=device)
     return model, (ids,), {"kind": "hf", "arch": arch, "size": size,
                            "dtype": str(dtype).removeprefix("torch."),
@@ -150,20 +150,45 @@ def build_hf(arch: str, *, size: str = "toy", device: str = "cpu",
 
 
 def trace_any(model: torch.nn.Module, inputs: Sequence[Any], source: dict[str, Any]) -> TracedModel:
-    """torch.fx trace: the porter's tracer, or transformers' own for a Hugging Face model."""
-    if source.get("kind") != "hf":
-        return trace_model(model, inputs)
-    from torch.fx.passes.shape_prop import ShapeProp
-    from transformers.utils.fx import symbolic_trace
+    """The model's fx graph at torch-op level: torch.fx's tracer, else TorchDynamo's export.
 
+    torch.fx traces modules through (and keeps Linear and activation modules whole); a model it
+    cannot trace (a Hugging Face model: masks built under vmap, caches) is captured by
+    `torch._dynamo.export`, one graph with the parameters as attributes.
+
+    Raises:
+        ModelTraceError: neither can capture the model as one graph.
+    """
+    if source.get("kind") != "hf":
+        try:
+            return trace_model(model, inputs)
+        except ModelTraceError as exc:
+            first = str(exc)
+    else:
+        first = ""
     try:
-        gm = symbolic_trace(model, input_names=["input_ids"])
-    except Exception as exc:  # noqa: BLE001
-        raise ModelTraceError(f"transformers' fx tracer cannot trace {type(model).__name__}: "
-                              f"{type(exc).__name__}: {str(exc).splitlines()[0]}") from None
+        with torch.no_grad():
+            gm, _ = torch._dynamo.export(model)(*inputs)
+    except Exception as exc:  # noqa: BLE001 - reported in one line with the fx failure
+        why = f"torch._dynamo.export cannot capture it as one graph: {type(exc).__name__}: " \
+              f"{str(exc).splitlines()[0] if str(exc) else ''}"
+        raise ModelTraceError(f"{first}; {why}" if first else why) from None
+    from torch.fx.passes.shape_prop import ShapeProp
+
     with torch.no_grad():
         ShapeProp(gm).propagate(*inputs)
     return TracedModel(gm, tuple(inputs))
+
+
+class CausalLMLogits(torch.nn.Module):
+    """A Hugging Face causal LM called as `model(input_ids) -> logits`, no cache: one graph."""
+
+    def __init__(self, lm: torch.nn.Module) -> None:
+        super().__init__()
+        self.lm = lm
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.lm(input_ids=input_ids, use_cache=False).logits
 
 
 # -- profiling -----------------------------------------------------------------------------------
@@ -312,6 +337,8 @@ def _project_ms(bytes_: int, flops: int, hw: Any, dtype: torch.dtype, grid: int,
                 bw_fraction: float = 1.0) -> float:
     from harness.projection import project
 
+    if not dtype.is_floating_point or dtype == torch.float64:
+        dtype = torch.float32  # indices, masks: only their bytes matter (no FLOPs here)
     p = project(int(bytes_), int(flops), hw, dtype, grid=max(1, grid),
                 math_unit="matrix" if flops else "simt")
     return p.breakdown["throughput_ms"] / bw_fraction + p.breakdown["launch_ms"]

@@ -307,6 +307,7 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
     heapq.heapify(ready)
     remaining = {k: len(v) for k, v in deps.items()}
     graph = fx.Graph()
+    graph._codegen = gm.graph._codegen  # a Dynamo-exported graph's pytree in/out specs
     env: dict[fx.Node, fx.Node] = {}
     while ready:
         _, k = heapq.heappop(ready)
@@ -326,10 +327,29 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
                 heapq.heappush(ready, (first_pos[user], user))
     if len(env) < sum(1 for n in old if not isinstance(unit_of[n], Group)):
         raise PatchError("internal: the patched graph has a cycle")  # grouping forbids it
+    # The shape/dtype queries and parameters only the replaced groups read are left unused;
+    # they go. Nothing else does: fx's dead-code pass would also drop calls kept for their
+    # effect that it does not know (a Dynamo graph's vmap nesting calls, for one).
+    dropped = {env[n] for g in groups for n in g.nodes for n in n.all_input_nodes
+               if n in env and n.op in ("get_attr", "call_function", "call_method")}
+    for n in reversed(list(graph.nodes)):
+        if n in dropped and not n.users and (n.op == "get_attr" or _is_query(n)):
+            graph.erase_node(n)
     new = fx.GraphModule(gm, graph)
-    new.graph.eliminate_dead_code()  # the shape/dtype queries only the replaced groups read
     new.recompile()
     return new
+
+
+def _is_query(n: fx.Node) -> bool:
+    """A shape, dtype or size query (`x.dtype`, `x.shape[0]`, `x.size(-1)`): no effect."""
+    import operator
+
+    if n.op == "call_function" and n.target is getattr:
+        return True
+    if n.op == "call_method" and n.target in ("size", "dim", "numel"):
+        return True
+    return n.op == "call_function" and n.target is operator.getitem and all(
+        _is_query(a) for a in n.all_input_nodes)
 
 
 def _flat(out: Any) -> list[torch.Tensor]:

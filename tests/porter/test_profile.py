@@ -140,3 +140,16 @@ def test_hf_without_transformers_says_what_to_install() -> None:
     assert res.exit_code == 2
     assert res.output.strip() == ("error: --hf needs the transformers package: pip install "
                                   "'kernel-porter[models]'")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
+                    reason="needs transformers (pip install 'kernel-porter[models]')")
+def test_hf_llama_is_captured_by_dynamo_and_grouped() -> None:
+    from porter.model_profile import build_hf
+
+    torch.manual_seed(0)
+    model, inputs, source = build_hf("llama", size="toy")
+    prof = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0)
+    labels = {g["label"] for g in prof["groups"]}
+    assert {"add_rmsnorm", "rmsnorm", "silu_mul"} <= labels
+    assert "scaled_dot_product_attention" in {e["op"] for e in prof["not_portable"]}
