@@ -41,6 +41,7 @@ from porter.llm.client import BudgetExhausted
 from porter.llm.client import LLMClient
 from porter.llm.config import LLMConfig
 from porter.llm.inputs import dtype_name
+from porter.llm.inputs import input_kinds
 from porter.llm.inputs import op_context
 from porter.llm.judge import Verdict
 from porter.llm.judge import judge
@@ -67,6 +68,19 @@ log = logging.getLogger(__name__)
 
 FIXES = 2  # Debugger rounds per candidate
 ORIGIN = "llm"
+NUMBER_KEYS = ("time_ms", "p20_ms", "p80_ms", "label", "pct_of_peak", "floor_ms", "bound")
+
+
+def local_device() -> str | None:
+    """The hardware model of this machine's GPU, when torch can use it; else None."""
+    import torch
+
+    import hwmodels
+
+    if not torch.cuda.is_available():
+        return None
+    det = hwmodels.detect()
+    return det.model.name if det.model is not None else None
 
 
 @dataclass
@@ -78,6 +92,7 @@ class Attempt:
     diagnoses: list[art.Diagnosis] = field(default_factory=list)
     written: art.KernelSource | None = None
     error: str = ""
+    why: str = "written"  # what the candidate is (the Search's change and why, for a variant)
 
 
 @dataclass
@@ -115,6 +130,7 @@ class Agent:
         self.profiler = ClaudeProfiler(self.session)
         self.ledger = Ledger(self.run_dir / "ledger.jsonl")
         self.device_s = 0.0
+        self.local = local_device()
 
     # -- one target -------------------------------------------------------------------------
     def context(self, name: str) -> TargetContext:
@@ -126,7 +142,7 @@ class Agent:
         target_dir.mkdir(parents=True, exist_ok=True)
         return TargetContext(spec=self.spec, problem=self.spec.problem(interpret=True), hw=hw,
                              backend=for_device(hw), gen_op=None, run_dir=self.run_dir,
-                             target_dir=target_dir, measured_here=False)
+                             target_dir=target_dir, measured_here=self.local == hw.name)
 
     def _exchange(self, ctx: TargetContext, role: Any, request: Any, response: Any,
                   t0: float) -> None:
@@ -174,13 +190,17 @@ class Agent:
                 break
             for att in attempts:
                 units.append(art.ProposedConfig(config={"origin": ORIGIN, "id": att.cid},
-                                                origin="space", why=att.error or "written"))
+                                                origin="space", why=att.error or att.why))
                 for sid, verdict, source in att.sources:
                     judged += 1
                     entry = self._ledger(hw, bucket, dname, shape, sid, verdict, source)
                     if entry.verdict == "kept":
                         kept, improved = (sid, verdict, source), True
                         self._write_kernel(ctx, lang, sid, source, bucket, dname)
+                        self.session.state(hw.name).best = {
+                            "source": source, "verdict": "kept",
+                            "numbers": {k: v for k, v in verdict.numbers.items()
+                                        if k in NUMBER_KEYS}}
                     if sid.endswith("-fix") and verdict.passed:
                         self._write_fixed(ctx, lang, sid, source, att)
                 diagnoses.extend(att.diagnoses)  # after _write_fixed marked the fixed ones
@@ -204,7 +224,7 @@ class Agent:
             return (f"device-time budget spent ({self.device_s:.0f} of "
                     f"{self.config.device_budget_s:g} s)")
         if kept is not None:
-            pct = kept[1].to_json().get("pct_of_peak")
+            pct = kept[1].numbers.get("pct_of_peak")
             if pct is not None and pct / 100 >= self.config.stop_at_roofline:
                 return (f"reached {pct:.0f}% of the roofline (stop at "
                         f"{self.config.stop_at_roofline:.0%})")
@@ -278,14 +298,17 @@ class Agent:
         ids = [str(c.config["id"]) for c in cands.candidates]
         with ThreadPoolExecutor(max_workers=self.config.parallel) as pool:
             verdicts = list(pool.map(lambda i: self._judge(ctx, st.sources[i], i), ids))
-        pairs = zip(ids, verdicts, strict=True)
-        return [Attempt(cid=i, sources=[(i, v, st.sources[i])]) for i, v in pairs]
+        return [Attempt(cid=i, sources=[(i, v, st.sources[i])], why=c.why)
+                for i, v, c in zip(ids, verdicts, cands.candidates, strict=True)]
 
     def _judge(self, ctx: TargetContext, source: str, sid: str) -> Verdict:
         verdict = judge(self.spec.path, source, ctx.hw, self.run_dir / "llm" / "candidates",
-                        language=language_of(ctx.hw))
+                        language=language_of(ctx.hw), on_device=ctx.measured_here)
         self.device_s += verdict.seconds
         word = "passed" if verdict.passed else f"failed {verdict.stage} ({verdict.reason})"
+        if verdict.numbers.get("time_ms"):
+            word += (f", {verdict.numbers['time_ms'] * 1e3:.1f} us "
+                     f"({verdict.numbers['pct_of_peak']:.0f}% of the speed of light)")
         self.say(f"[{ctx.target}] {sid}: {word} in {verdict.seconds:.1f} s")
         return verdict
 
@@ -298,7 +321,9 @@ class Agent:
                                  config={"origin": ORIGIN, "id": sid},
                                  src_hash=source_hash(source), tier=verdict.tier,
                                  passed=verdict.passed, reason_failed=_why(verdict),
-                                 numbers={}, shape=shape, details=details)
+                                 numbers={k: v for k, v in verdict.numbers.items()
+                                          if k in NUMBER_KEYS},
+                                 shape=shape, details=details)
 
     def _write_kernel(self, ctx: TargetContext, lang: str, sid: str, source: str, bucket: str,
                       dname: str) -> None:
@@ -326,7 +351,8 @@ class Agent:
         plan = art.TuningPlan.from_json((ctx.target_dir / art.TUNING_PLAN).read_text())
         sp = plan.for_shape(shape, dname)
         numbers = {"label": "not timed", "floor_ms": sp.floor_ms if sp else 0.0,
-                   "bytes_moved": sp.bytes_moved if sp else 0, "bound": sp.bound if sp else ""}
+                   "bytes_moved": sp.bytes_moved if sp else 0, "bound": sp.bound if sp else "",
+                   **{k: v for k, v in verdict.numbers.items() if k in NUMBER_KEYS}}
         req = ProfileRequest(target=ctx.target, bucket=bucket, dtype=dname, shape=shape,
                              config={"origin": ORIGIN, "id": sid}, tier=verdict.tier,
                              numbers=numbers, details={"kernels": verdict.resources})
@@ -390,11 +416,16 @@ def run_agent(spec_path: str | Path, targets: list[str], out_dir: str | Path | N
     from harness.tolerance import tolerance
     from porter.pack import shape_bucket
     from porter.pack import write_pack
-    from porter.port import BucketChoice
-    from porter.port import PortResult
-    from porter.port import TargetResult
-    from porter.port import _kinds
     from porter.spec import load_spec
+
+    try:  # where the port's result types live once porter/port.py is split (issue 29)
+        from porter.results import BucketChoice
+        from porter.results import PortResult
+        from porter.results import TargetResult
+    except ImportError:
+        from porter.port import BucketChoice
+        from porter.port import PortResult
+        from porter.port import TargetResult
 
     rd = Path(run_dir)
     (rd / "llm").mkdir(parents=True, exist_ok=True)
@@ -418,7 +449,10 @@ def run_agent(spec_path: str | Path, targets: list[str], out_dir: str | Path | N
                     choices.append(BucketChoice(
                         bucket=shape_bucket(shape), dtype=dtype_name(dtype), shape=tuple(shape),
                         config={"origin": ORIGIN}, source=source, tier=verdict.tier,
-                        numbers={"label": "not timed"}, origin=ORIGIN))
+                        numbers=({k: v for k, v in verdict.numbers.items()
+                                  if k in NUMBER_KEYS} if tuple(shape) == tuple(spec.shapes[0])
+                                 else {}) or {"label": "not timed"},
+                        origin=ORIGIN))
         tol = "; ".join(f"{dtype_name(d)}: {tolerance(d, hw).describe()}" for d in spec.dtypes)
         results.append(TargetResult(
             target=hw.name, vendor=hw.vendor, backend=hw.build.backend, arch=str(hw.build.arch),
@@ -432,7 +466,7 @@ def run_agent(spec_path: str | Path, targets: list[str], out_dir: str | Path | N
         versions={k: v for k, v in env_info.versions().items() if v is not None},
         fusion={"text": f"written by {config.model} (no template covers the op)",
                 "bytes_saved": None},
-        signature=_kinds(tuple(example)),
+        signature=input_kinds(tuple(example)),
         reference_function="reference" if spec.source_kind == "spec" else None,
         checks_run=sum(o.candidates for o in outcomes))
     pack_path = None

@@ -10,6 +10,12 @@ A written kernel is untrusted code, so nothing of it runs in the porter's proces
    the compiler's error. A kernel the interpreter accepts but the compiler refuses (a runtime
    value where a constexpr is needed) fails here.
 
+On the target's own GPU (`on_device=True`) there is one child instead: the check runs natively
+at the spec's real shapes, the kernels' resources are read from what Triton compiled, and the
+candidate is timed at the first shape (`harness.timing`: flushed caches, rotated inputs) and put
+on the roofline (`harness.roofline`). A time below the datasheet's speed of light is no win: the
+candidate is rejected as a cheat (work escaping the timed region, a cached result).
+
 Either child crashing (SIGSEGV, an illegal access) or passing its limit ends that candidate with
 a verdict naming the signal or the limit and the stage it was in; the run goes on.
 
@@ -63,11 +69,14 @@ class Verdict:
     resources: list[dict[str, Any]] = field(default_factory=list)
     launches: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    # measured on the device: time_ms, p20_ms, p80_ms, label "measured", pct_of_peak (% of the
+    # speed of light), floor_ms, bound; empty when not timed
+    numbers: dict[str, Any] = field(default_factory=dict)
 
     @property
     def cheat(self) -> bool:
-        """Rejected by a guard: the output came from torch, early, or stale."""
-        return self.reason in {"torch_compute", "early_return", "stale"}
+        """Rejected by a guard: the output came from torch, early, stale, or faster than light."""
+        return self.reason in {"torch_compute", "early_return", "stale", "speed_of_light"}
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,7 +93,8 @@ def _env(interpret: bool) -> dict[str, str]:
 
 
 def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
-          language: str, check_limit_s: float = CHECK_LIMIT_S) -> Verdict:
+          language: str, check_limit_s: float = CHECK_LIMIT_S,
+          on_device: bool = False) -> Verdict:
     """Judge `source` (a whole module, or Metal source) for target `hw`.
 
     Args:
@@ -94,6 +104,7 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
         folder: where the candidate's file is written (the run's `llm/candidates/`).
         language: "triton" | "metal".
         check_limit_s: the check child's time limit in seconds.
+        on_device: `hw` is this machine's GPU: check natively and time (see the module doc).
 
     Returns:
         A `Verdict`; the candidate's own failures never raise.
@@ -110,10 +121,11 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
                        "executor on this machine: not run)", "emitted",
                        seconds=time.monotonic() - t0)
 
-    job = {"spec": str(Path(spec_path).resolve()), "source": str(file.resolve()), "hw": hw.name}
+    job = {"spec": str(Path(spec_path).resolve()), "source": str(file.resolve()), "hw": hw.name,
+           "device": "cuda" if on_device else "cpu"}
     res = run_child([sys.executable, "-c", "from porter.llm.judge import check_child; "
                      "check_child()"], job=json.dumps(job), limit_s=check_limit_s,
-                    env=_env(True))
+                    env=_env(not on_device))
     final = res.last("verdict")
     launches = res.last("launches") or []
     if final is None:
@@ -138,12 +150,14 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
 
         raise PorterError(f"{spec_path}: the spec's own code failed while a kernel was judged: "
                           f"{final['problem']}")
+    tier = ("measured" if on_device else "interpreted") if final["passed"] else "none"
     verdict = Verdict(bool(final["passed"]), final["stage"], final["reason"], final["message"],
-                      "interpreted" if final["passed"] else "none",
-                      caught_by=final.get("caught_by"),
+                      tier, caught_by=final.get("caught_by"),
                       shape=tuple(final["shape"]) if final.get("shape") else None,
-                      dtype=final.get("dtype"), launches=launches)
-    if launches:
+                      dtype=final.get("dtype"), launches=launches,
+                      resources=res.last("compiled_here") or [],
+                      numbers=res.last("numbers") or {})
+    if launches and not on_device:
         verdict = _compiled(verdict, file, launches, hw)
     return Verdict(**{**asdict(verdict), "seconds": time.monotonic() - t0})
 
@@ -193,9 +207,11 @@ def check_child() -> None:
 
     spec = load_spec(job["spec"])
     hw = hwmodels.get(job["hw"])
+    native = job.get("device") == "cuda"
     emit({"phase": "importing the candidate"})
     try:
-        module = load_generated_module(Path(job["source"]).read_text(), f"llm_{spec.name}", True)
+        module = load_generated_module(Path(job["source"]).read_text(), f"llm_{spec.name}",
+                                       not native)
     except Exception as exc:  # noqa: BLE001 - the candidate's import failing is its verdict
         emit({"verdict": {"passed": False, "stage": "load", "reason": "load",
                           "message": f"importing the module raised {type(exc).__name__}: {exc}"}})
@@ -206,7 +222,10 @@ def check_child() -> None:
                           "message": "the module has no launch(*inputs, out=None) function"}})
         return
     emit({"phase": "recording the launches at the smoke shape"})
-    emit({"launches": _record_launches(spec, launch)})
+    if native:
+        emit({"compiled_here": _compiled_here(spec, launch, hw)})
+    else:
+        emit({"launches": _record_launches(spec, launch)})
 
     def candidate(*inputs: Any, out: Any = None) -> Any:
         return launch(*inputs, out=out)
@@ -215,16 +234,25 @@ def check_child() -> None:
         emit({"stage": stage, "shape": list(shape), "dtype": str(dtype).replace("torch.", "")})
 
     try:
-        report = check(spec.problem(interpret=True), candidate, device="cpu", interpret=True,
-                       hw=hw, progress=progress)
+        report = check(spec.problem(interpret=not native), candidate,
+                       device="cuda" if native else "cpu", interpret=not native, hw=hw,
+                       progress=progress)
     except ValueError as exc:  # ProblemError: the spec's code, not the candidate
         emit({"verdict": {"problem": f"{type(exc).__name__}: {exc}"}})
         return
     failed = report.failed
     if failed is None:
-        emit({"verdict": {"passed": report.passed, "stage": "passed", "reason": "ok",
-                          "message": "passed " + ", ".join(s.name for s in report.stages)
-                                     + " under the Triton interpreter"}})
+        where = "on the device" if native else "under the Triton interpreter"
+        verdict = {"passed": report.passed, "stage": "passed", "reason": "ok",
+                   "message": "passed " + ", ".join(s.name for s in report.stages) + " " + where}
+        if native:
+            emit({"phase": "timing"})
+            numbers = _time(spec, launch, hw)
+            emit({"numbers": numbers})
+            if numbers.get("exceeds_speed_of_light"):
+                verdict = {"passed": False, "stage": "timing", "reason": "speed_of_light",
+                           "caught_by": "speed_of_light", "message": numbers["message"]}
+        emit({"verdict": verdict})
         return
     shape = failed.shapes[-1] if failed.shapes else None
     emit({"verdict": {"passed": False, "stage": failed.name, "reason": failed.reason or "failed",
@@ -283,6 +311,94 @@ def _record_launches(spec: Any, launch: Any) -> list[dict[str, Any]]:
     finally:
         InterpretedFunction.run = original
     return list(seen.values())
+
+
+def _inputs(spec: Any, shape: tuple[int, ...], device: str, seed: int) -> tuple[Any, Any]:
+    """Inputs at `shape` in the spec's first dtype, and an output buffer like the reference's."""
+    import torch
+
+    inputs = spec.make_inputs(tuple(shape), spec.dtypes[0], torch.device(device),
+                              torch.Generator(device=device).manual_seed(seed))
+    with torch.no_grad():
+        ref = spec.reference(*inputs)
+    out = tuple(torch.empty_like(r) for r in ref) if isinstance(ref, tuple) else \
+        torch.empty_like(ref)
+    return inputs, out
+
+
+def _compiled_here(spec: Any, launch: Any, hw: Any) -> list[dict[str, Any]]:
+    """On the GPU: launch once at the smoke shape and read each compiled kernel's registers,
+    spills and shared memory from what Triton built (its `CompiledKernel`)."""
+    from triton.runtime.jit import JITFunction
+
+    from targets import occupancy as occ
+    from targets.base import ResourceUsage
+
+    seen: dict[str, dict[str, Any]] = {}
+    original = JITFunction.run
+
+    def run(self: Any, *args: Any, **kwargs: Any) -> Any:
+        kernel = original(self, *args, **kwargs)
+        name = self.fn.__name__
+        if name not in seen and kernel is not None:
+            warps = int(kwargs.get("num_warps", 4))
+            info: dict[str, Any] = {"kernel": name, "fits": True, "reasons": [],
+                                    "tier": "measured", "num_warps": warps,
+                                    "registers": getattr(kernel, "n_regs", None),
+                                    "spill_bytes": getattr(kernel, "n_spills", None),
+                                    "smem_bytes": getattr(getattr(kernel, "metadata", None),
+                                                          "shared", None)}
+            try:
+                usage = ResourceUsage(registers_per_thread=info["registers"],
+                                      shared_memory_bytes=int(info["smem_bytes"] or 0),
+                                      spill_bytes=int(info["spill_bytes"] or 0),
+                                      threads_per_block=warps * hw.build.warp_size)
+                o = occ.compute(usage, hw)
+                info.update(occupancy=round(o.fraction, 3), limited_by=o.limited_by)
+            except Exception:  # noqa: BLE001,S110 - occupancy is a nicety; resources still stand
+                pass
+            seen[name] = info
+        return kernel
+
+    JITFunction.run = run
+    try:
+        inputs, out = _inputs(spec, tuple(spec.smoke_shape), "cuda", 0)
+        launch(*inputs, out=out)
+    except Exception:  # noqa: BLE001,S110 - the check that follows reports it with its stage
+        pass
+    finally:
+        JITFunction.run = original
+    return list(seen.values())
+
+
+def _time(spec: Any, launch: Any, hw: Any) -> dict[str, Any]:
+    """Time the candidate at the spec's first shape and put it on the roofline."""
+    from harness.roofline import analyze
+    from harness.roofline import derive_bytes
+    from harness.timing import bench
+
+    shape = tuple(spec.shapes[0])
+    counter = iter(range(1 << 30))
+
+    def make_args() -> tuple[Any, ...]:
+        inputs, out = _inputs(spec, shape, "cuda", next(counter))
+        return (*inputs, out)
+
+    def fn(*args: Any) -> Any:
+        return launch(*args[:-1], out=args[-1])
+
+    timing = bench(fn, make_args, hw=hw, reps=50, warmup=5)
+    args = make_args()
+    moved = int(spec.bytes_moved(args[:-1], args[-1]) if spec.bytes_moved
+                else derive_bytes(args[:-1], args[-1]))
+    flops = int(spec.flops(args[:-1], args[-1])) if spec.flops else 0
+    roof = analyze(moved, flops, timing.median_ms, hw, spec.dtypes[0])
+    return {"time_ms": timing.median_ms, "p20_ms": timing.p20_ms, "p80_ms": timing.p80_ms,
+            "label": "measured", "pct_of_peak": round(roof.pct_of_sol, 1),
+            "floor_ms": roof.floor_ms, "bound": roof.bound, "shape": list(shape),
+            "exceeds_speed_of_light": bool(roof.exceeds_speed_of_light or timing.async_suspect),
+            "message": roof.message + ("; event time far below the wall clock (work escaping "
+                                       "the timed stream)" if timing.async_suspect else "")}
 
 
 def inspect_params(fn: Any) -> list[tuple[str, bool]]:

@@ -47,6 +47,7 @@ class TargetState:
     profile: dict[str, Any] | None = None
     sources: dict[str, str] = field(default_factory=dict)  # candidate id -> source
     notes: dict[str, str] = field(default_factory=dict)
+    search_rounds: int = 0
 
 
 class Session:
@@ -165,7 +166,12 @@ class ClaudeDebugger:
     def diagnose(self, ctx: TargetContext, request: DebugRequest) -> Diagnosis:
         """The model's diagnosis; its fixed kernel waits in the session under the config's
         candidate id + "-fix" for the loop to judge (`fixed` is set once the judge passed it)."""
-        verdict = request.details["verdict"]
+        # The Claude loop passes the judge's whole verdict; another loop passes what its judge
+        # recorded (the ledger's reason, the compiled kernels): the prompt shows either.
+        verdict = request.details.get("verdict") or {
+            "stage": request.row.tier or "judge", "reason": request.row.verdict,
+            "shape": list(request.shape) or None, "dtype": request.row.dtype,
+            "message": request.row.reason}
         data = self.session.ask("debugger", ctx, feedback=feedback(verdict, request.kernel.source))
         fix_id = f"{request.kernel.config.get('id', 'c')}-fix"
         st = self.session.state(ctx.target)
@@ -197,9 +203,10 @@ class ClaudeSearch:
         """Variants of the current best kernel (sources kept in the session by config id)."""
         data = self.session.ask("search", ctx, n_variants=self.n_variants)
         st = self.session.state(ctx.target)
+        st.search_rounds += 1
         out = []
-        for i, v in enumerate(data["variants"][:self.n_variants]):
-            vid = f"v{len(st.sources)}-{i}"
+        for i, v in enumerate(data["variants"][:self.n_variants], 1):
+            vid = f"s{st.search_rounds}v{i}"
             st.sources[vid] = v["source"]
             out.append(ProposedConfig(config={"origin": "llm", "id": vid, "variant": v["name"]},
                                       origin="space", why=f"{v['change']}: {v['why']}"))

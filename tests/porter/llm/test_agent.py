@@ -248,3 +248,67 @@ def test_cuda_kernel_becomes_triton_and_metal_and_replays_offline(
     _no_network(monkeypatch)
     replay_run, _ = _replay(spec, ["h100", "m4"], run, tmp_path)
     _same_run(run, replay_run, ["h100", "m4"])
+
+
+@pytest.mark.parametrize(("stop_at", "expect_stop", "expect_kept"), [
+    (0.9, "1 rounds without improvement (patience 1)", "s1v1"),
+    (0.45, "reached 50% of the roofline (stop at 45%)", "s1v1"),
+], ids=["patience", "roofline-share"])
+def test_on_the_device_search_rounds_keep_the_fastest_and_stop(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stop_at: float, expect_stop: str,
+        expect_kept: str) -> None:
+    """The loop's device path with the judge's timing stood in for (the real one needs the GPU:
+    see test_device_judge_times_and_rejects_a_cheat): the first kernel is kept, the Search's
+    faster variant replaces it, a slower one is reverted, and the loop stops by the rule set."""
+    import porter.llm.agent as agent_mod
+    from porter.llm.judge import Verdict
+
+    good = kernel("good")
+    faster = good.replace("min(1024,", "min(256,")
+    slower = good.replace("min(1024,", "min(64,")
+    times = {good: 0.100, faster: 0.080, slower: 0.120}
+
+    def fake_judge(spec_path: object, source: str, hw: object, folder: object, *,
+                   language: str, on_device: bool = False, **kw: object) -> Verdict:
+        assert on_device  # the target is "this machine's GPU"
+        t = times[source]
+        return Verdict(True, "passed", "ok", "passed on the device", "measured", seconds=1.0,
+                       numbers={"time_ms": t, "label": "measured", "floor_ms": 0.040,
+                                "pct_of_peak": round(100 * 0.040 / t, 1)})
+
+    monkeypatch.setattr(agent_mod, "judge", fake_judge)
+    monkeypatch.setattr(agent_mod, "local_device", lambda: "h100")
+
+    def variant(name: str, source: str) -> dict:
+        return {"name": name, "change": f"BLOCK_N {name}", "why": "fewer idle lanes",
+                "source": source}
+
+    script = Script({"plan": [PLAN], "write_kernel": [write("good")],
+                     "propose_variants": [
+                         tool_reply("propose_variants", variants=[variant("256", faster),
+                                                                  variant("64", slower)]),
+                         tool_reply("propose_variants", variants=[variant("64", slower)])]})
+    run = tmp_path / "run"
+    with StubServer(script) as server:
+        llm, cfg = client(server.base_url, run, stop_at_roofline=stop_at, patience=1)
+        result = run_agent(SPEC, ["h100"], tmp_path / "packs", run_dir=run, client=llm,
+                           config=cfg)
+    summary = result.summary["targets"]["h100"]
+    assert summary["stop_reason"] == expect_stop and summary["kept"] == expect_kept
+    ledger = _ledger(run)
+    assert ("r1c1", "kept") in [(e["config"]["id"], e["verdict"]) for e in ledger]
+    assert ("s1v2", "reverted") in [(e["config"]["id"], e["verdict"]) for e in ledger]
+    # the Search was shown the best kernel and its numbers, and the Profiler's report
+    search = next(r for r in server.requests if tool_of(r) == "propose_variants")
+    text = prompt_of(search)
+    assert "The current best kernel for this device (kept: {'time_ms': 0.1" in text
+    assert "The Profiler's report on the current best kernel" in text
+    prof = json.loads((run / "h100" / art.PROFILE_REPORT).read_text())
+    assert prof["units"][0]["roofline"]["time_ms"] == 0.08
+    assert prof["units"][0]["roofline"]["pct_of_peak"] == 50.0
+    cands = json.loads((run / "h100" / art.CANDIDATES).read_text())
+    whys = {c["config"]["id"]: c["why"] for u in cands.values() for c in u["candidates"]}
+    assert whys["s1v1"] == "BLOCK_N 256: fewer idle lanes"
+    entry = read_manifest(result.pack_path)["entries"][0]
+    assert entry["tier"] == "measured"
+    assert entry["buckets"][0]["numbers"]["time_ms"] == 0.08
