@@ -36,8 +36,9 @@ from typing import Literal
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-Tier = Literal["emitted", "compiled", "interpreted", "measured", "projected"]
-TIERS: tuple[str, ...] = ("emitted", "compiled", "interpreted", "measured", "projected")
+Tier = Literal["emitted", "compiled", "interpreted", "emulated", "measured", "projected"]
+TIERS: tuple[str, ...] = ("emitted", "compiled", "interpreted", "emulated", "measured",
+                          "projected")
 
 _COLUMNS = ("run_id", "timestamp", "op", "variant", "config", "target", "device", "shape",
             "dtype", "tier", "metrics", "spread", "passed", "message", "versions", "git_rev")

@@ -1,0 +1,159 @@
+"""The emulated tier in a port: a Metal candidate judged on the CPU Metal executor.
+
+`emulated_eval` has the signature of the port loop's CPU checks (porter.roles.benchmark's
+`CPU_CHECKS[Capabilities.cpu_check]`, next to "interpreter"): the loop registers it as
+`CPU_CHECKS["emulator"]`. It judges one pending Metal candidate in a child process (a crash in
+a kernel's C++ build ends only the child) with `harness.emulated.check_source` at the spec's
+reduced shapes, for the dtype the source was generated for, shares the verdict with identical
+sources (one check per kernel body + semantic config), keeps to the run's check budget, and
+records the verdict with the candidate at tier "emulated" when it passed.
+
+`emulated_check(spec_path, source, hw_name, dtype)` is the same check without a port session
+(tests, tools).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+if TYPE_CHECKING:
+    import torch
+
+    from hwmodels.model import HardwareModel
+    from targets.base import TargetBackend
+
+CHECK_TIMEOUT_S = 600
+EMULATED = "emulated"
+
+
+def emulated_eval(session: Any, hw: HardwareModel, backend: TargetBackend,
+                  shape: tuple[int, ...], dtype: torch.dtype, bucket: str, p: Any) -> str:
+    """The emulated tier of one pending candidate (porter.judge.common.Pending); the verdict
+    recorded in the session's ledger. Returns the check's tolerance text ("" when none ran)."""
+    from porter.judge.common import check_key
+    from porter.judge.common import record_verdict
+    from porter.planner import dtype_name
+    from porter.verdicts import cfg_text
+
+    dname = dtype_name(dtype)
+    ckey = check_key(p)
+    shared = ckey in session.checks
+    if not shared:
+        if session.max_checks is not None and session.checks_spent >= session.max_checks:
+            before = session.ledger.get(p.key)
+            if before is None or before.verdict != "skipped":
+                session.ledger.skip(target=hw.name, bucket=bucket, dtype=dname,
+                                    config=p.cand.config, source_hash=p.src_hash, tier=p.tier,
+                                    numbers=p.numbers, shape=shape, details=p.details,
+                                    reason=f"emulated-check budget ({session.max_checks}) "
+                                           "spent; rerun with --run-dir and a larger "
+                                           "--max-checks to check it")
+            session.detail(f"  [{hw.name}] {bucket}/{dname} {cfg_text(p.cand.config)}: "
+                           "skipped (check budget spent)")
+            return ""
+        session.detail(f"  [{hw.name}] {bucket}/{dname} {cfg_text(p.cand.config)}: checking on "
+                       "the CPU Metal executor...")
+        res = emulated_check(session.spec.path, p.source, hw.name, dname)
+        session.checks_run += 1
+        session.checks_spent += 1
+        session.checks[ckey] = (res["passed"], res["message"], res["tolerances"])
+        session.record(hw, backend.name, EMULATED, res["passed"], p.cand.config, shape, dname,
+                       message=res["message"])
+    else:
+        session.checks_shared += 1
+    passed, msg, tol = session.checks[ckey]
+    p.details["check"] = {"key": ckey, "emulated": True, "passed": passed, "message": msg,
+                          "tolerances": tol, "shared": shared}
+    if passed:
+        p.tier = EMULATED
+    why = msg if not passed else ("emulated check shared with an identical source+config"
+                                  if shared else "")
+    record_verdict(session, hw, bucket, dname, shape, p, passed=passed, why=why)
+    return tol
+
+
+def emulated_check(spec_path: str | Path, source: str, hw_name: str, dtype: str,
+                   timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
+    """The five stages for Metal `source` on the executor, in a child process.
+
+    Args:
+        spec_path: the op's spec (or KernelBench file).
+        source: generated Metal source with its dispatch line.
+        hw_name: the target's model ("m4"): tolerances and threadgroup memory limit.
+        dtype: "fp32" | "fp16" | "bf16": the dtype the source was generated for.
+        timeout_s: the child's time limit.
+
+    Returns:
+        {"passed": bool, "message": str, "tolerances": str}.
+
+    Raises:
+        porter.errors.PortError: the spec's own code failed while the kernel was judged.
+    """
+    from porter.errors import PortError
+
+    job = {"spec": str(Path(spec_path).resolve()), "source": source, "hw": hw_name,
+           "dtype": dtype}
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ,
+           "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+    t0 = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-c", "from porter.emulated import check_child; "
+                               "check_child()"], input=json.dumps(job), capture_output=True,
+                              text=True, env=env, timeout=timeout_s, check=False)
+    except subprocess.TimeoutExpired:
+        return {"passed": False, "tolerances": "",
+                "message": f"emulated check timed out after {timeout_s:g}s"}
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+        return {"passed": False, "tolerances": "",
+                "message": f"emulated check crashed (exit {proc.returncode}): " + " | ".join(tail)}
+    res = json.loads(lines[-1])
+    if res.get("problem"):
+        raise PortError(f"{spec_path}: the spec's own code failed while its Metal kernel was "
+                        f"judged on the executor: {' '.join(res['problem'].split())}")
+    if res["passed"]:
+        res["message"] = (f"passed {res['message']} on the CPU Metal executor in "
+                          f"{time.perf_counter() - t0:.1f}s")
+    return res
+
+
+def check_child() -> None:
+    """Child side of `emulated_check`: a job (JSON) on stdin, the verdict (JSON) on stdout."""
+    import torch
+
+    import hwmodels
+    from harness.emulated import check_source
+    from porter.spec import load_spec
+    from targets.metal_exec import MetalExecError
+    from targets.metal_host import DispatchError
+
+    job = json.loads(sys.stdin.read())
+    spec = load_spec(job["spec"])
+    dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[job["dtype"]]
+    hw = hwmodels.get(job["hw"])
+    try:
+        report = check_source(spec.problem(interpret=True, dtypes=[dtype]), job["source"], hw=hw)
+    except (MetalExecError, DispatchError) as exc:
+        print(json.dumps({"passed": False, "tolerances": "",
+                          "message": f"not runnable on the executor: {exc}"}))
+        return
+    except ValueError as exc:  # harness.problem.ProblemError: the spec's own code failed
+        print(json.dumps({"passed": False, "message": "", "tolerances": "",
+                          "problem": f"{type(exc).__name__}: {exc}"}))
+        return
+    if report.passed:
+        msg = ", ".join(s.name for s in report.stages)
+    else:
+        failed = report.failed
+        msg = f"{failed.name}: {failed.message}" if failed is not None else report.summary()
+    print(json.dumps({"passed": report.passed, "message": msg,
+                      "tolerances": report.tolerances}))
