@@ -52,6 +52,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                     "(default runs/model-e2e-<size>); a second run reuses its packs")
     ap.add_argument("--out-dir", default=str(REPO / "results"), help="where the report goes")
     ap.add_argument("--reps", type=int, default=30, help="timed repetitions per provider")
+    ap.add_argument("--port-only", action="store_true",
+                    help="profile and port, then stop (a second run reuses the packs): splits "
+                    "the work for machines that limit one command's time")
     ap.add_argument("--dry-run", action="store_true",
                     help="CPU, toy sizes, interpreted tier: the flow without timings")
     return ap.parse_args(argv)
@@ -106,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         else:
             print(f"packs: reusing {', '.join(have)} in {packs}")
+    if args.port_only:
+        print(f"packs: {packs} (--port-only: stopping before the patch and the timings)")
+        return 0
     if not args.dry_run:
         prof = profile_model(model, inputs, source=source, hw_name=hw.name, packs=packs)
         save_profile(prof, work / "profile-with-packs.json")

@@ -279,8 +279,14 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
     if traced is None:
         prof_d["groups"], prof_d["not_portable"] = [], []
         return prof_d
+    measured = on_gpu
+    if on_gpu and not any(node_ms.values()):
+        # the profiler attributed no kernel to the per-node ranges: rank on projections instead
+        measured = False
+        notes.append("the profiler attributed no device time to the model's nodes; the ranking "
+                     f"uses times projected for {hw.name}")
     groups = find_groups(traced)
-    prof_d.update(rank_groups(traced, groups, node_ms, hw, measured=on_gpu, packs=packs))
+    prof_d.update(rank_groups(traced, groups, node_ms, hw, measured=measured, packs=packs))
     return prof_d
 
 

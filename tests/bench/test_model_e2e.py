@@ -33,3 +33,32 @@ def test_dry_run_ports_patches_and_reports(tmp_path: Path) -> None:
     report = (tmp_path / "h100-model-e2e-dry-run.md").read_text()
     assert "Dry run on a CPU" in report and "matches the unpatched one" in report
     assert "replaced  add_rmsnorm_" in report and "Predicted end to end" in report
+
+
+def test_report_puts_the_prediction_beside_the_measurement() -> None:
+    import argparse
+
+    import hwmodels
+    from bench.model_e2e import _report
+    from porter.patching import PatchResult
+    from porter.patching import Replacement
+
+    prof = {"device": "NVIDIA H100 80GB HBM3", "inputs": [{"shape": [4, 2048, 4096],
+                                                           "dtype": "bfloat16"}],
+            "basis": "measured", "not_portable": [],
+            "groups": [{"pack_name": "add_rmsnorm_x", "instances": [{}] * 4, "share": 0.2,
+                        "speedup": 2.0, "gain": 1 / 0.9, "ours_label": "projected"}]}
+    rep = Replacement("add_rmsnorm_x", "add_rmsnorm", 4, "replaced", "1.20x faster ...")
+    timings = {"whole": {"eager": 10.0, "compile": 9.0, "ours": 9.2, "ours+compile": 8.9},
+               "whole_spread": {"eager": (9.9, 10.1)},
+               "regions": [{"pack_name": "add_rmsnorm_x", "status": "replaced", "places": 4,
+                            "share": 0.2, "s_pred": 2.0, "s_label": "projected",
+                            "ms": {"eager": 0.5, "compile": 0.3, "ours": 0.25}}]}
+    args = argparse.Namespace(dry_run=False)
+    text = _report(prof, PatchResult(torch.nn.Identity(), [rep]), timings, hwmodels.get("h100"),
+                   "realistic", Path("p"), args)
+    assert "predicted (Amdahl, profile's f and estimated s): **1.111x**" in text
+    assert "measured: **1.087x** over eager (-2.2% vs the prediction)" in text
+    assert "Amdahl with the measured region speedups: 1.111x" in text
+    assert "1.011x (not slower" in text
+    assert "| add_rmsnorm_x | replaced | 4 | 0.5000 | 0.3000 | 0.2500 | 2.00x |" in text

@@ -103,3 +103,19 @@ def test_output_check_catches_a_wrong_replacement() -> None:
     assert _check(model, model, inputs).passed
     bad = _check(model, Off(), inputs)
     assert not bad.passed and bad.max_abs_err > 0 and "fp32" in bad.tolerance
+
+
+def test_a_replacement_slower_than_torch_compile_is_declined() -> None:
+    from porter.patching import Replacement
+    from porter.patching import _judged
+
+    slow = Replacement("add_rmsnorm_x", "add_rmsnorm", 4, "no pack")
+    assert not _judged(slow, ours_ms=0.074, compiled_ms=0.029)
+    assert slow.status == "declined" and "slower than torch.compile" in slow.reason
+    fast = Replacement("add_rmsnorm_x", "add_rmsnorm", 4, "no pack")
+    assert _judged(fast, ours_ms=0.020, compiled_ms=0.029)
+    assert "1.45x faster" in fast.reason
+    from porter.patching import PatchResult
+
+    text = PatchResult(torch.nn.Identity(), [slow]).report()
+    assert text.startswith("declined  add_rmsnorm_x x4 (ours 74.0 us vs torch.compile 29.0 us)")
