@@ -1,0 +1,37 @@
+"""The port's emulated-tier check (porter.emulated): generated Metal judged on the CPU executor
+in a child process, as the port loop runs it for cpu_check "emulator"."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from porter.codegen import generate
+from porter.emulated import emulated_check
+from porter.spec import load_spec
+from targets.metal_exec import available
+
+pytestmark = pytest.mark.skipif(not available()[0], reason=available()[1])
+SPEC = Path(__file__).resolve().parents[2] / "examples" / "softmax" / "spec.py"
+
+
+def _source(config: dict) -> str:
+    spec = load_spec(SPEC)
+    x = spec.make_inputs(spec.interpret_shapes[0], torch.float32, torch.device("cpu"),
+                         torch.Generator().manual_seed(0))
+    return generate(spec.reference, x, name=spec.name).metal_source(config)
+
+
+def test_a_generated_kernel_passes_in_the_child() -> None:
+    res = emulated_check(SPEC, _source({"threads": 128, "vec": 4, "dtype": "fp16"}), "m4", "fp16")
+    assert res["passed"], res["message"]
+    assert "odd_sizes" in res["message"] and "CPU Metal executor" in res["message"]
+    assert "fp16" in res["tolerances"]
+
+
+def test_a_source_that_does_not_build_is_a_verdict() -> None:
+    src = _source({"threads": 128, "dtype": "fp32"}).replace("simd_sum", "simd_summ")
+    res = emulated_check(SPEC, src, "m4", "fp32")
+    assert not res["passed"] and "did not build for the executor" in res["message"]
