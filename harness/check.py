@@ -51,6 +51,7 @@ from harness.problem import ProblemError
 from harness.problem import Shape
 from harness.tolerance import Tolerance
 from harness.tolerance import tolerance
+from targets.interpreter import triton_interpret
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -241,10 +242,7 @@ def check(
     }
     results: list[StageResult] = []
     shapes: dict[str, tuple[Shape, ...]] = {}
-    saved_env = os.environ.get("TRITON_INTERPRET")
-    if interpreted:
-        os.environ["TRITON_INTERPRET"] = "1"
-    try:
+    with triton_interpret(True if interpreted else None):
         for name in wanted:
             ctx.stage, ctx.shape, ctx.dtype, ctx.seed = name, None, None, None
             t0 = time.perf_counter()
@@ -255,12 +253,6 @@ def check(
             shapes[name] = result.shapes
             if not result.passed:
                 break
-    finally:
-        if interpreted:
-            if saved_env is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = saved_env
     report = CheckReport(
         problem=problem.name,
         device=str(dev),

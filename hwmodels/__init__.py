@@ -35,7 +35,7 @@ from hwmodels.loader import DEVICES_DIR
 from hwmodels.loader import DEVICES_DIR_ENV
 from hwmodels.loader import BrokenDeviceError
 from hwmodels.loader import HardwareModelError
-from hwmodels.loader import Registry
+from hwmodels.loader import Registry  # noqa: F401 - importable from here as before
 from hwmodels.loader import UnknownDeviceError
 from hwmodels.loader import load_file
 from hwmodels.model import DTYPES

@@ -246,15 +246,15 @@ def _spec_costs(src: _Source, keys: Sequence[Key]) -> None:
         spec_path = guess if guess.is_file() else None
     if spec_path is None:
         return
-    from porter.commands._common import DTYPES  # the CLI's dtype names: one owner
     from porter.planner import op_cost
     from porter.spec import load_spec
+    from targets.dtypes import FLOAT_NAMES
+    from targets.dtypes import torch_dtype
 
-    names = DTYPES
     problem = load_spec(spec_path).problem()
     for shape, dtype in missing:
-        if dtype in names:
-            src.costs[(shape, dtype)] = op_cost(problem, shape, names[dtype])
+        if dtype in FLOAT_NAMES:
+            src.costs[(shape, dtype)] = op_cost(problem, shape, torch_dtype(dtype))
 
 
 # -- the comparison -----------------------------------------------------------------------------

@@ -30,18 +30,15 @@ shape. Each such fallback is announced by exactly one `PackFallbackWarning` per 
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import inspect
 import itertools
 import linecache
 import logging
-import os
 import sys
 import tempfile
 import threading
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -55,15 +52,11 @@ from porter.pack import read_verified_pack
 from porter.pack import sha256_bytes
 from porter.pack import shape_bucket
 from porter.pack import tier_rank
+from targets.dtypes import dtype_name
+from targets.interpreter import triton_interpret
 
 log = logging.getLogger(__name__)
 
-_DTYPE_NAMES = {
-    torch.float32: "fp32",
-    torch.float16: "fp16",
-    torch.bfloat16: "bf16",
-    torch.float64: "fp64",
-}
 _LIB_NAMESPACE = "kernel_porter"
 
 
@@ -85,30 +78,6 @@ class Choice:
         return self.bucket is not None
 
 
-@contextlib.contextmanager
-def _triton_interpret(value: str) -> Iterator[None]:
-    """TRITON_INTERPRET=value for the block, restored afterwards."""
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
-
-
-@contextlib.contextmanager
-def _interpreter_env(on: bool) -> Iterator[None]:
-    """Keep TRITON_INTERPRET set while interpreted kernels are imported and run."""
-    if not on:
-        yield
-        return
-    with _triton_interpret("1"):
-        yield
-
-
 def ensure_interpreter_ready() -> str | None:
     """Make sure Triton's interpreter can run kernels in this process; None when it can.
 
@@ -122,7 +91,7 @@ def ensure_interpreter_ready() -> str | None:
         None when ready, else the reason the interpreter cannot work in this process.
     """
     if "triton.language" not in sys.modules:
-        with _interpreter_env(True):
+        with triton_interpret(True):
             import triton.language  # noqa: F401 - imported for its import-time decision
 
             # Triton's code generator imports gluon, which asserts at import that tl's library
@@ -271,7 +240,7 @@ class PackedOp:
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is None:
             return Choice(None, None, False, "no tensor input to pick a device, bucket and dtype from")
-        dtype = _DTYPE_NAMES.get(first.dtype, str(first.dtype))
+        dtype = dtype_name(first.dtype)
         bucket = shape_bucket(first.shape)
         on_cpu = first.device.type == "cpu"
         if on_cpu and (why_not := ensure_interpreter_ready()) is not None:
@@ -378,7 +347,7 @@ class PackedOp:
                            self.op, choice.target)
         module = self._module(choice.bucket["file"], choice.interpret)
         config = choice.bucket.get("config") or None
-        with _interpreter_env(choice.interpret):
+        with triton_interpret(True if choice.interpret else None):
             try:
                 result = module.launch(*inputs, out=out, config=config)
                 if not choice.interpret and key is not None:
@@ -428,7 +397,7 @@ class PackedOp:
             if key not in self._modules:
                 # Triton's @jit decides at decoration whether it interprets: "0" keeps a GPU
                 # module compiled even when the user's environment says otherwise.
-                with _triton_interpret("1" if interpret else "0"):
+                with triton_interpret(interpret):
                     self._modules[key] = _exec_verified(
                         self._sources[rel], label=f"{self.op}_{Path(rel).stem}",
                         display=f"{self.op}/{rel}")

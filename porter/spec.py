@@ -36,12 +36,10 @@ Every problem with a file is a `SpecError` naming the file and what is wrong.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import inspect
 import itertools
 import logging
 import os
-import sys
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -59,6 +57,7 @@ from harness.problem import InputMaker
 from harness.problem import Problem
 from harness.problem import Shape
 from porter.errors import SpecError
+from targets import interpreter as pyfile
 from targets.base import KernelRef
 
 log = logging.getLogger(__name__)
@@ -238,31 +237,18 @@ def import_file(p: Path, *, source: str | None = None, tag: str = "spec") -> Mod
         SpecError: naming the file and the line where the import failed.
     """
     mod_name = f"_porter_{tag}_{p.stem.replace('-', '_')}_{next(_module_counter)}"
-    spec = importlib.util.spec_from_file_location(mod_name, p)
-    if spec is None or spec.loader is None:
-        raise SpecError(p, "is not an importable Python file")
-    module = importlib.util.module_from_spec(spec)
     # Registered so dataclasses/pickling inside the module can find it; the spec's own folder
     # is put on sys.path so `from kernel import ...` beside the spec works.
-    sys.modules[mod_name] = module
-    folder = str(p.parent.resolve())
-    added = folder not in sys.path
-    if added:
-        sys.path.insert(0, folder)
     try:
-        if source is None:
-            spec.loader.exec_module(module)
-        else:
-            exec(compile(source, str(p), "exec"), module.__dict__)  # noqa: S102 - user's own file
+        module = pyfile.import_file(p, mod_name, own_folder=True, source=source)
     except SyntaxError as exc:
-        sys.modules.pop(mod_name, None)
         raise SpecError(p, f"syntax error at line {exc.lineno}: {exc.msg}") from None
-    except Exception as exc:  # noqa: BLE001 - any import failure becomes one clear line
-        sys.modules.pop(mod_name, None)
+    except ImportError as exc:
+        if not p.is_file() or str(exc).endswith("cannot be imported as a Python module"):
+            raise SpecError(p, "is not an importable Python file") from None
         raise SpecError(p, f"import failed{_line_in(exc, p)}: {type(exc).__name__}: {exc}") from None
-    finally:
-        if added:
-            sys.path.remove(folder)
+    except Exception as exc:  # noqa: BLE001 - any import failure becomes one clear line
+        raise SpecError(p, f"import failed{_line_in(exc, p)}: {type(exc).__name__}: {exc}") from None
     return module
 
 
@@ -349,7 +335,7 @@ def resolve_file_attr(spec_path: Path, ref: str, field_name: str, *, interpret: 
     if not kpath.is_file():
         raise SpecError(spec_path, f"{field_name}: no file {kpath} (paths are relative to the spec)")
     if interpret is not None:
-        os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+        pyfile.set_interpret(interpret)  # lasting: the kernel's later imports must agree
     module = cache.get(kpath) if cache is not None else None
     if module is None:
         module = import_file(kpath, tag="kernel")

@@ -19,7 +19,7 @@ ALIASES: dict[str, str] = {
     "float32": "fp32", "float": "fp32", "f32": "fp32", "float16": "fp16", "half": "fp16",
     "f16": "fp16", "bfloat16": "bf16", "float64": "fp64", "double": "fp64",
     "int64": "i64", "long": "i64", "int32": "i32", "int": "i32", "int16": "i16", "int8": "i8",
-    "uint8": "u8", "bool": "i1",
+    "uint8": "u8", "bool": "i1", "fp8": "fp8e4nv",
 }
 FLOAT_NAMES = ("fp32", "fp16", "bf16")  # what kernels are tuned for
 

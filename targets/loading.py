@@ -8,28 +8,19 @@ already in sys.modules) and restores the variable afterwards.
 
 from __future__ import annotations
 
-import importlib.util
 import inspect
 import itertools
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
 from targets.base import KernelRef
+from targets.dtypes import ALIASES
+from targets.dtypes import NAMES
+from targets.dtypes import canonical
+from targets.interpreter import import_file
+from targets.interpreter import triton_interpret
 
 _counter = itertools.count()
-
-# --dtype spellings -> Triton pointer element types.
-DTYPES = {
-    "fp32": "fp32", "float32": "fp32", "f32": "fp32",
-    "fp16": "fp16", "float16": "fp16", "f16": "fp16", "half": "fp16",
-    "bf16": "bf16", "bfloat16": "bf16",
-    "fp64": "fp64", "float64": "fp64",
-    "i32": "i32", "int32": "i32", "i64": "i64", "int64": "i64", "i8": "i8", "int8": "i8",
-    "fp8": "fp8e4nv", "fp8e4nv": "fp8e4nv", "fp8e5": "fp8e5",
-}
-
 
 # Scalar parameters typed fp32 rather than i32 when nothing else says so: names that are floats in
 # every kernel we have seen (epsilon, scales, probabilities). Anything else: pass `arg_types`.
@@ -62,24 +53,13 @@ def load_kernel(path: str | Path, kernel_name: str) -> Any:
     if not file.is_file():
         raise KernelLoadError(f"{file}: no such file")
     module_name = f"_porter_kernel_{file.stem}_{next(_counter)}"
-    spec = importlib.util.spec_from_file_location(module_name, file)
-    if spec is None or spec.loader is None:
-        raise KernelLoadError(f"{file}: cannot be imported as a Python module")
-    module = importlib.util.module_from_spec(spec)
-    old = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
-    # The file may import siblings (e.g. examples/x/common.py): let it see its own folder.
-    sys.path.insert(0, str(file.resolve().parent))
+    # compiled, never interpreted (it is loaded to cross-compile); the file may import its
+    # siblings (e.g. examples/x/common.py), so it sees its own folder
     try:
-        spec.loader.exec_module(module)
+        with triton_interpret(False):
+            module = import_file(file, module_name, register=False, own_folder=True)
     except Exception as exc:  # any import-time failure is the file's problem; say which file
         raise KernelLoadError(f"{file}: import failed: {type(exc).__name__}: {exc}") from exc
-    finally:
-        sys.path.remove(str(file.resolve().parent))
-        if old is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = old
 
     if not hasattr(module, kernel_name):
         kernels = sorted(
@@ -148,9 +128,11 @@ def kernel_ref_for(
     """
     values = dict(constexprs or {})
     kname = name or fn.__name__
-    elem = DTYPES.get(dtype.lower())
-    if elem is None:
-        raise KernelLoadError(f"unknown --dtype {dtype!r}; choose from {', '.join(sorted(DTYPES))}")
+    try:
+        elem = canonical(dtype)  # the short names are Triton's pointer element types
+    except ValueError as exc:
+        raise KernelLoadError(f"unknown --dtype {dtype!r}; choose from "
+                              f"{', '.join(sorted({*NAMES, *ALIASES}))}") from exc
     wanted = constexpr_params(fn)
     unset = [n for n in wanted if n not in values]
     if unset:

@@ -11,7 +11,6 @@ Metal rule broken (`expected_message`).
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import os
 import sys
@@ -25,6 +24,8 @@ import torch
 
 from harness.check import check
 from harness.selftest.problem import softmax_problem
+from targets.interpreter import import_file
+from targets.interpreter import triton_interpret
 
 log = logging.getLogger(__name__)
 
@@ -101,19 +102,8 @@ def load_kernels(interpret: bool) -> ModuleType:
     name = f"harness.selftest._kernels_{'interpreted' if interpret else 'native'}"
     if name in sys.modules:
         return sys.modules[name]
-    saved = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    try:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).with_name("kernels.py"))
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    finally:
-        if saved is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = saved
+    with triton_interpret(interpret):
+        module = import_file(Path(__file__).with_name("kernels.py"), name)
     return module
 
 

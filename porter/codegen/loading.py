@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import os
-import sys
 import tempfile
 from pathlib import Path
 from types import ModuleType
+
+from targets.interpreter import import_file
+from targets.interpreter import set_interpret
+from targets.interpreter import triton_interpret
 
 
 def load_generated_module(source: str, name: str, interpret: bool) -> ModuleType:
@@ -34,18 +35,11 @@ def load_generated_module(source: str, name: str, interpret: bool) -> ModuleType
     path = folder / f"{mod_name}.py"
     if not path.exists() or path.read_text() != source:
         path.write_text(source)
-    previous = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    try:
-        spec = importlib.util.spec_from_file_location(mod_name + ("_i" if interpret else "_c"), path)
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
-    finally:
-        if not interpret:
-            if previous is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = previous
+    name = mod_name + ("_i" if interpret else "_c")
+    if interpret:
+        # left set: the interpreted kernels must still see it when they run
+        set_interpret(True)
+        return import_file(path, name)
+    with triton_interpret(False):
+        module = import_file(path, name)
     return module

@@ -36,6 +36,8 @@ from porter.codegen.emit import sym_to_python
 from porter.codegen.ir import Node
 from porter.codegen.templates import ENV
 from porter.codegen.templates import safe_name
+from targets.dtypes import FLOAT_NAMES
+from targets.dtypes import torch_dtype
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -46,7 +48,6 @@ SIMD_WIDTH = 32
 _IDENT = {"sum": "0.0f", "max": "(-INFINITY)", "min": "INFINITY"}
 _COMB = {"sum": "{a} + {b}", "max": "fmax({a}, {b})", "min": "fmin({a}, {b})"}
 _OPCODE = {"sum": 0, "max": 1, "min": 2}
-_DT = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 _LANE = "xyzw"
 
 
@@ -94,7 +95,7 @@ def _elem_type(kind: str, io: torch.dtype, op: GeneratedOp) -> str | None:
 
 
 def _io_dtype(op: GeneratedOp, config: dict[str, Any]) -> torch.dtype:
-    io = _DT.get(config.get("dtype", ""), None)
+    io = torch_dtype(config["dtype"]) if config.get("dtype") in FLOAT_NAMES else None
     if io is None:
         io = next(x.dtype for x in op.example_inputs
                   if isinstance(x, torch.Tensor) and x.dtype.is_floating_point)

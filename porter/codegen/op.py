@@ -130,8 +130,8 @@ class GeneratedOp:
         """The config the generated launcher picks by itself for these inputs.
 
         Args:
-            hw: the device (warp width and thread limits); None means a 32-wide warp, 1024
-                threads.
+            hw: the device (warp width and thread limits); None: the hardware model of
+                `variants.REFERENCE_DEVICE` (h100: a 32-wide warp, 1024 threads).
             shape: the example inputs to size for (a sequence of tensors), or None for the
                 traced examples.
             dtype: I/O dtype override (carried in the config as "dtype").

@@ -53,17 +53,24 @@ from typing import Any
 import torch
 
 from porter.codegen import heuristics
+from targets.dtypes import dtype_name
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
     from porter.codegen.op import GeneratedOp
 
-_DT = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+# The device whose limits size a config when none is named (`default_config(None, ...)`): its
+# numbers come from its hardware model like any other device's.
+REFERENCE_DEVICE = "h100"
 
 
 def _limits(hw: HardwareModel | None) -> tuple[int, int, int, str]:
+    """(warp width, max threads per block, shared memory per block, backend) of `hw`, or of
+    REFERENCE_DEVICE when None."""
     if hw is None:
-        return 32, 1024, 232448, "triton-cuda"
+        import hwmodels
+
+        hw = hwmodels.get(REFERENCE_DEVICE)
     return (hw.warp_size, int(hw.limits.max_threads_per_block.value),
             int(hw.limits.shared_memory_per_block_bytes.value), hw.build.backend)
 
@@ -125,7 +132,7 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
         _add_lanes(cfg, op, eb, warp)
     else:
         cfg = heuristics.flat_default(sizes["numel"], eb, warp, max_threads)
-    cfg["dtype"] = _DT.get(dt, str(dt))
+    cfg["dtype"] = dtype_name(dt)
     if hw is not None and hw.build.backend == "triton-hip":
         cfg["waves_per_eu"] = 0  # 0 = no occupancy hint (the compiler's choice)
         if op.family == "matmul_epilogue":
@@ -261,7 +268,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
         out = metal.variant_space(op, hw, sizes, 4 * extent)
     default = default_config(op, hw, inputs, dtype)
     for cfg in out:
-        cfg["dtype"] = _DT.get(dt, str(dt))
+        cfg["dtype"] = dtype_name(dt)
     if backend != "metal":
         key = {k: v for k, v in default.items()}
         out = [key] + [c for c in out if c != key]

@@ -22,16 +22,16 @@ from typing import Any
 import click
 import torch
 
-from porter.commands._common import Exit
-from porter.commands._common import dtype_name
-from porter.commands._common import fail
-from porter.commands._common import generated_candidate
-from porter.commands._common import generated_module
-from porter.commands._common import meta_costs
-from porter.commands._common import parse_dtypes
-from porter.commands._common import parse_shape
-from porter.commands._common import rows_of
-from porter.commands._common import set_interpreter
+from porter.commands.common import Exit
+from targets.dtypes import dtype_name
+from porter.commands.common import fail
+from porter.commands.common import generated_candidate
+from porter.commands.common import generated_module
+from porter.commands.common import meta_costs
+from porter.commands.common import parse_dtypes
+from porter.commands.common import parse_shape
+from porter.commands.common import rows_of
+from porter.commands.common import set_interpreter
 from porter.errors import PorterError
 
 BASELINES = ("eager", "compile")

@@ -24,14 +24,14 @@ from typing import Any
 import click
 import torch
 
-from porter.commands._common import Exit
-from porter.commands._common import dtype_name
-from porter.commands._common import existing_candidate
-from porter.commands._common import fail
-from porter.commands._common import generated_candidate
-from porter.commands._common import generated_module
-from porter.commands._common import parse_dtypes
-from porter.commands._common import set_interpreter
+from porter.commands.common import Exit
+from targets.dtypes import dtype_name
+from porter.commands.common import existing_candidate
+from porter.commands.common import fail
+from porter.commands.common import generated_candidate
+from porter.commands.common import generated_module
+from porter.commands.common import parse_dtypes
+from porter.commands.common import set_interpreter
 from porter.errors import PorterError
 
 TIMEOUT_ENV = "PORTER_CHECK_TIMEOUT_S"

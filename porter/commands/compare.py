@@ -7,8 +7,8 @@ import sys
 
 import click
 
-from porter.commands._common import fail
-from porter.commands._common import parse_shape
+from porter.commands.common import fail
+from porter.commands.common import parse_shape
 
 
 @click.command("compare")

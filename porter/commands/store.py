@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from porter.commands._common import fail
+from porter.commands.common import fail
 
 
 @click.group("store")

@@ -131,7 +131,6 @@ def check_child() -> None:
 
     import torch
 
-    from porter.search import SIZE_KNOBS
 
     job = json.loads(sys.stdin.read())
     spec = load_spec(job["spec"])

@@ -14,12 +14,10 @@ import torch
 from porter.errors import KernelUnavailableError
 from porter.errors import PorterError
 from porter.spec import OpSpec
-
-DTYPES: dict[str, torch.dtype] = {
-    "fp32": torch.float32, "float32": torch.float32,
-    "fp16": torch.float16, "float16": torch.float16,
-    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
-}
+from targets.dtypes import FLOAT_NAMES
+from targets.dtypes import canonical
+from targets.dtypes import torch_dtype
+from targets.interpreter import set_interpret
 
 
 class Exit(enum.IntEnum):
@@ -34,9 +32,13 @@ def parse_dtypes(names: tuple[str, ...]) -> tuple[torch.dtype, ...] | None:
     for group in names:
         for n in group.split(","):
             n = n.strip().lower()
-            if n not in DTYPES:
+            try:
+                name = canonical(n)
+            except ValueError:
+                name = ""
+            if name not in FLOAT_NAMES:
                 raise click.BadParameter(f"unknown dtype {n!r}; choose from fp32, fp16, bf16", param_hint="--dtype")
-            out.append(DTYPES[n])
+            out.append(torch_dtype(name))
     return tuple(out) or None
 
 
@@ -51,8 +53,6 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
-def dtype_name(dtype: torch.dtype) -> str:
-    return {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}.get(dtype, str(dtype))
 
 
 def fail(message: str) -> None:
@@ -63,7 +63,7 @@ def fail(message: str) -> None:
 
 def set_interpreter(on: bool) -> None:
     """Set TRITON_INTERPRET before any kernel module is imported (decided at decoration time)."""
-    os.environ["TRITON_INTERPRET"] = "1" if on else "0"
+    set_interpret(on)
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
 
 
