@@ -68,6 +68,7 @@ log = logging.getLogger(__name__)
 
 FIXES = 2  # Debugger rounds per candidate
 ORIGIN = "llm"
+RUN_FILE = "run.json"
 NUMBER_KEYS = ("time_ms", "p20_ms", "p80_ms", "label", "pct_of_peak", "floor_ms", "bound")
 
 
@@ -167,7 +168,7 @@ class Agent:
         except ReplyError as exc:
             plan = art.TuningPlan(target=hw.name, op=self.spec.name, shapes=())
             self.say(f"[{hw.name}] planner: {exc}; writing without a plan")
-        plan.write(ctx.target_dir / art.TUNING_PLAN)
+        self._save(ctx, self.planner, plan.write(ctx.target_dir / art.TUNING_PLAN))
         self._exchange(ctx, self.planner, preq, plan, t0)
         strategy = (self.session.state(hw.name).plan or {}).get("strategy", "-")
         self.say(f"[{hw.name}] plan: {strategy}")
@@ -327,11 +328,11 @@ class Agent:
 
     def _write_kernel(self, ctx: TargetContext, lang: str, sid: str, source: str, bucket: str,
                       dname: str) -> None:
-        art.KernelSource(target=ctx.target, language=lang, source=source,
-                         config={"origin": ORIGIN, "id": sid}, origin="generated",
-                         bucket=bucket, dtype=dname,
-                         note=f"written by {self.config.model}").write_file(
-            ctx.target_dir / (art.KERNEL_METAL if lang == "metal" else art.KERNEL_TRITON))
+        ks = art.KernelSource(target=ctx.target, language=lang, source=source,
+                              config={"origin": ORIGIN, "id": sid}, origin="generated",
+                              bucket=bucket, dtype=dname, note=f"written by {self.config.model}")
+        path = ks.write_file(ctx.target_dir / ks.filename)
+        self._save(ctx, self.writer, path)
 
     def _write_fixed(self, ctx: TargetContext, lang: str, sid: str, source: str,
                      att: Attempt) -> None:
@@ -341,6 +342,7 @@ class Agent:
         art.KernelSource(target=ctx.target, language=lang, source=source,
                          config={"origin": ORIGIN, "id": sid}, origin="fixed",
                          note=note).write_file(ctx.target_dir / art.KERNEL_FIXED)
+        self._save(ctx, self.debugger, ctx.target_dir / art.KERNEL_FIXED)
         for i, d in enumerate(att.diagnoses):
             if d.fix_config and d.fix_config.get("id") == sid:
                 att.diagnoses[i] = replace(d, fixed=True, fix_verdict="passed the judge")
@@ -359,25 +361,41 @@ class Agent:
         t0 = time.monotonic()
         unit = self.profiler.profile(ctx, req)
         self._exchange(ctx, self.profiler, req, unit, t0)
-        art.ProfileReport(target=ctx.target, units=(unit,)).write(
-            ctx.target_dir / art.PROFILE_REPORT)
+        self._save(ctx, self.profiler, art.ProfileReport(target=ctx.target, units=(unit,)).write(
+            ctx.target_dir / art.PROFILE_REPORT))
 
     def _write_round_artifacts(self, ctx: TargetContext, units: list[art.ProposedConfig],
                                diagnoses: list[art.Diagnosis], bucket: str, dname: str,
                                shape: tuple[int, ...]) -> None:
-        art.Candidates(target=ctx.target, units=(art.UnitCandidates(
+        self._save(ctx, self.search, art.Candidates(target=ctx.target, units=(art.UnitCandidates(
             shape=shape, dtype=dname, bucket=bucket, candidates=tuple(units),
-            space_size=len(units)),)).write(ctx.target_dir / art.CANDIDATES)
-        art.DebugReport(target=ctx.target, diagnoses=tuple(diagnoses)).write(
-            ctx.target_dir / art.DEBUG_REPORT)
+            space_size=len(units)),)).write(ctx.target_dir / art.CANDIDATES))
+        self._save(ctx, self.debugger, art.DebugReport(
+            target=ctx.target, diagnoses=tuple(diagnoses)).write(ctx.target_dir / art.DEBUG_REPORT))
         rows = [art.BenchRow(target=e.target, bucket=e.bucket, dtype=e.dtype,
                              config=json.dumps(e.config, sort_keys=True),
                              source_hash=e.source_hash[:16],
                              tier=e.tier, verdict=e.verdict, reason=e.reason)
                 for e in self.ledger if e.target == ctx.target]
-        art.write_bench_csv(rows, ctx.target_dir / art.BENCH_RESULTS)
+        self._save(ctx, _HARNESS, art.write_bench_csv(rows, ctx.target_dir / art.BENCH_RESULTS))
         if not (ctx.target_dir / art.PROFILE_REPORT).exists():
-            art.ProfileReport(target=ctx.target).write(ctx.target_dir / art.PROFILE_REPORT)
+            self._save(ctx, self.profiler, art.ProfileReport(target=ctx.target).write(
+                ctx.target_dir / art.PROFILE_REPORT))
+
+    def _save(self, ctx: TargetContext, role: Any, path: Path) -> None:
+        """Record in the ledger that `role` wrote `path` (its sha256)."""
+        self.ledger.artifact(target=ctx.target, role=role.name,
+                             implementation=role.implementation, path=path)
+
+
+class _Harness:
+    """The Benchmark role here: the harness in isolated children (porter.llm.judge)."""
+
+    name = "benchmark"
+    implementation = "harness"
+
+
+_HARNESS = _Harness()
 
 
 def _why(verdict: Verdict) -> str:
@@ -430,6 +448,9 @@ def run_agent(spec_path: str | Path, targets: list[str], out_dir: str | Path | N
     rd = Path(run_dir)
     (rd / "llm").mkdir(parents=True, exist_ok=True)
     (rd / "llm" / "config.json").write_text(json.dumps(config.resolved(), indent=2) + "\n")
+    # what `porter port --replay RUN_DIR` needs to run this again
+    (rd / "llm" / RUN_FILE).write_text(json.dumps(
+        {"spec": str(Path(spec_path).resolve()), "targets": list(targets)}, indent=2) + "\n")
     spec = load_spec(spec_path)
     agent = Agent(spec, rd, client, config, progress)
     outcomes, results = [], []

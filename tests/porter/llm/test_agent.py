@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from porter.ledger import Ledger
 from porter.llm.agent import make_client
 from porter.llm.agent import run_agent
 from porter.llm.config import LLMConfig
 from porter.llm.record import read_exchanges
 from porter.pack import read_manifest
+from porter.pack import sha256_file
 from porter.pack import verify_pack
 from porter.roles import artifacts as art
 from tests.porter.llm.helpers import PLAN
@@ -113,6 +115,13 @@ def test_uncovered_op_ports_to_h100_and_mi300x_and_replays_offline(
         assert roles == ["planner", "writer", "profiler"]
         assert {json.loads(x)["implementation"] for x in
                 (d / "roles.jsonl").read_text().splitlines()} == {"claude"}
+        recorded = {(a["role"], Path(a["path"]).name, a["sha256"])
+                    for a in Ledger(run / "ledger.jsonl").artifacts(target)}
+        assert {(r, n) for r, n, _ in recorded} == {
+            ("planner", art.TUNING_PLAN), ("writer", art.KERNEL_TRITON),
+            ("benchmark", art.BENCH_RESULTS), ("search", art.CANDIDATES),
+            ("debugger", art.DEBUG_REPORT), ("profiler", art.PROFILE_REPORT)}
+        assert all(sha == sha256_file(d / n) for _, n, sha in recorded)
     # every exchange recorded, the 529 and the malformed reply too
     exchanges = read_exchanges(run)
     assert [e["error"] for e in exchanges].count(
