@@ -321,3 +321,27 @@ def test_on_the_device_search_rounds_keep_the_fastest_and_stop(
     entry = read_manifest(result.pack_path)["entries"][0]
     assert entry["tier"] == "measured"
     assert entry["buckets"][0]["numbers"]["time_ms"] == 0.08
+
+
+@pytest.mark.parametrize(("budget", "expect"), [
+    ({"device_budget_s": 0.5}, "device-time budget spent (1 of 0.5 s)"),
+    ({"token_budget": 300}, "token budget spent"),
+], ids=["device-time", "tokens"])
+def test_budgets_stop_the_loop_and_say_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          budget: dict, expect: str) -> None:
+    import porter.llm.agent as agent_mod
+    from porter.llm.judge import Verdict
+
+    def fake_judge(*args: object, **kwargs: object) -> Verdict:
+        return Verdict(True, "passed", "ok", "passed on the device", "measured", seconds=1.0,
+                       numbers={"time_ms": 0.1, "label": "measured", "pct_of_peak": 40.0})
+
+    monkeypatch.setattr(agent_mod, "judge", fake_judge)
+    monkeypatch.setattr(agent_mod, "local_device", lambda: "h100")
+    run = tmp_path / "run"
+    script = Script({"plan": [PLAN], "write_kernel": [write("good")]})
+    with StubServer(script) as server:
+        llm, cfg = client(server.base_url, run, **budget)
+        result = run_agent(SPEC, ["h100"], None, run_dir=run, client=llm, config=cfg)
+    assert result.summary["targets"]["h100"]["stop_reason"].startswith(expect)
+    assert not any(tool_of(r) == "propose_variants" for r in server.requests)

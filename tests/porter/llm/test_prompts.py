@@ -74,3 +74,19 @@ def test_prompt_carries_feedback_profile_and_the_existing_kernel() -> None:
     assert "__global__ void cumsum_rows" in user and "CUDA C++ kernel to port" in user
     assert "void cumsum_rows(const float* x, float* y, int n_rows, int n_cols)" in user
     assert "return torch.cumsum(x, dim=-1)" in user
+
+
+def test_an_existing_triton_kernel_and_a_kernelbench_file_reach_the_prompt() -> None:
+    spec = load_spec(ROOT / "examples" / "rmsnorm" / "spec.py")
+    op = op_context(spec)
+    assert op["existing"]["language"] == "Triton" and op["existing"]["name"] == "_rmsnorm_fwd_kernel"
+    user = render("writer", hwmodels.get("mi300x"), op=op).user
+    assert "The existing Triton kernel to port (launch signature: `kernel.py::rmsnorm_forward`)" \
+        in user
+    assert "def _rmsnorm_fwd_kernel(" in user and "porting the existing kernel above" in user
+
+    kb = sorted((ROOT / "examples" / "kernelbench" / "level1").glob("*.py"))[0]
+    op = op_context(load_spec(kb))
+    assert op["source_kind"] == "kernelbench" and "class Model" in op["reference_source"]
+    assert op["existing"] is None
+    assert "class Model" in render("planner", hwmodels.get("h200"), op=op).user
