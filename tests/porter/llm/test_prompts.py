@@ -79,7 +79,8 @@ def test_prompt_carries_feedback_profile_and_the_existing_kernel() -> None:
 def test_an_existing_triton_kernel_and_a_kernelbench_file_reach_the_prompt() -> None:
     spec = load_spec(ROOT / "examples" / "rmsnorm" / "spec.py")
     op = op_context(spec)
-    assert op["existing"]["language"] == "Triton" and op["existing"]["name"] == "_rmsnorm_fwd_kernel"
+    assert (op["existing"]["language"], op["existing"]["name"]) == ("Triton",
+                                                                    "_rmsnorm_fwd_kernel")
     user = render("writer", hwmodels.get("mi300x"), op=op).user
     assert "The existing Triton kernel to port (launch signature: `kernel.py::rmsnorm_forward`)" \
         in user
