@@ -1,4 +1,4 @@
-"""Metal Shading Language emission for the elementwise and rowwise families, for Apple GPUs.
+"""Metal Shading Language emission for the elementwise, rowwise and matmul families, for Apple GPUs.
 
 Written the way Apple GPUs want it (SIMD-groups of 32 threads, 32 KB of threadgroup memory):
 
@@ -9,7 +9,9 @@ Written the way Apple GPUs want it (SIMD-groups of 32 threads, 32 KB of threadgr
 - indices are 32-bit (`index` "i32") when every buffer the bucket's shapes touch holds < 2^31
   elements (the host refuses larger ones), else 64-bit;
 - rows (or flat ranges) are loaded and stored as 2- or 4-wide vectors (`vec`) when the host
-  finds them aligned (`vec_ok`, worked out from strides and storage offsets), else scalar.
+  finds them aligned (`vec_ok`, worked out from strides and storage offsets), else scalar;
+- matmul with an epilogue: 8x8 `simdgroup_float8x8` matrices, four SIMD-groups per
+  TILE x TILE output tile, A and B staged through threadgroup memory BK at a time.
 
 Each source carries its dispatch (buffer order, roles, the host expressions of every scalar, the
 grid and threadgroup sizes) as one `// porter-dispatch: {json}` line, read by
@@ -64,6 +66,8 @@ class MetalConfig:
     rows: int = 1
     vec: int = 1
     index_bits: int = 64
+    tile: int = 32  # matmul: output tile per threadgroup (TILE x TILE)
+    bk: int = 16  # matmul: K step staged through threadgroup memory
 
     @staticmethod
     def of(config: dict[str, Any]) -> MetalConfig:
@@ -79,7 +83,11 @@ class MetalConfig:
                              f"{threads // SIMD_WIDTH}, got {rows}")
         if vec not in (1, 2, 4):
             raise ValueError(f"Metal vector width must be 1, 2 or 4, got {vec}")
-        return MetalConfig(threads, rows, vec, bits)
+        tile, bk = int(config.get("tile", 32)), int(config.get("bk", 16))
+        if tile not in (16, 32, 64) or bk % 8 or not 8 <= bk <= 64:
+            raise ValueError(f"Metal matmul tile must be 16, 32 or 64 and bk a multiple of 8 "
+                             f"up to 64, got tile={tile} bk={bk}")
+        return MetalConfig(threads, rows, vec, bits, tile, bk)
 
 
 def _elem_type(kind: str, io: torch.dtype, op: GeneratedOp) -> str | None:
@@ -245,6 +253,8 @@ def _render(op: GeneratedOp, config: dict[str, Any]) -> tuple[str, dict[str, Any
               "kname": kname, "vec": cfg.vec, "index_bits": cfg.index_bits}
     sig = _Sig(op, io)
     vec_terms: list[str] = []
+    if op.family == "matmul_epilogue":
+        return _render_matmul(op, cfg, io, args, sig, common)
     if op.plan is None:
         body, numel = _flat_body(op, args, io, cfg.vec)
         sig.from_args(args)
@@ -424,6 +434,41 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     return src, disp
 
 
+def _render_matmul(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: KernelArgs,
+                   sig: _Sig, common: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+    """C = A @ B through simdgroup_float8x8 matrices, the epilogue per element (see the
+    template's header)."""
+    g = op.graph
+    mm = next(n for n in g.live() if n.op == "mm")
+    ka, am, ak = op._mm["a"]
+    kb, bk_dim, bn = op._mm["b"]
+    args.input_ptr(ka)
+    args.input_ptr(kb)
+    a_load = f"in{ka}[gm * {args.input_stride(ka, am)} + gk * {args.input_stride(ka, ak)}]"
+    b_load = f"in{kb}[gk * {args.input_stride(kb, bk_dim)} + gn * {args.input_stride(kb, bn)}]"
+    em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
+    coords = (Coord("m", True), Coord("n", True))
+    em.fixed[mm.id] = (coords, "acc_v")
+    for j, o in enumerate(g.outputs):
+        val = em.eval(o, coords)
+        args.output_ptr(j)
+        em.emit(f"out{j}[m * {args.output_stride(j, 0)} + n * {args.output_stride(j, 1)}] = "
+                f"{_cast(o, io)}({val});")
+    sig.from_args(args)
+    sizes = {k: sym_to_python(v, g.symbols) for k, v in op._mm["mnk"].items()}
+    for name in ("M", "N", "K"):
+        sig.scalar(name, sizes[name])
+    disp = _dispatch(common["kname"], sig, cfg, io, sizes=sizes,
+                     grid=f"-(-N // {cfg.tile})", threads=128)
+    disp["launches"][0]["threadgroups"][1] = f"-(-M // {cfg.tile})"
+    disp["config"].update(tile=cfg.tile, bk=cfg.bk, threads=128)
+    src = ENV.get_template("metal_matmul.metal.j2").render(
+        **common, params=sig.params, scalar_lines=sig.scalar_lines, body=em.lines,
+        tile=cfg.tile, bk=cfg.bk, a_load=a_load, b_load=b_load,
+        dispatch_json=json.dumps(disp, sort_keys=True))
+    return src, disp
+
+
 def _dispatch(kname: str, sig: _Sig, cfg: MetalConfig, io: torch.dtype, *, sizes: dict[str, str],
               grid: str, threads: int, post: bool = False) -> dict[str, Any]:
     """What a host needs to run the kernel: see targets.metal_host for how it is read."""
@@ -483,6 +528,16 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
     index = "i32" if max_elements < 2 ** 31 else "i64"
     out: list[dict[str, Any]] = [default_config(op, sizes, max_threads, simd, index)]
     widths = [t for t in (32, 64, 128, 256, 512, 1024) if t <= max_threads and t % simd == 0]
+    if op.family == "matmul_epilogue":
+        # 4 SIMD-groups (128 threads); A and B slices plus the C tile in threadgroup memory
+        if 128 > max_threads:
+            return []
+        for tile in (32, 64):
+            for bk in (8, 16, 32):
+                if 4 * (2 * tile * bk + tile * tile) <= tg_bytes:
+                    out.append({"strategy": "metal", "threads": 128, "tile": tile, "bk": bk,
+                                "index": index})
+        return _dedup(out)
     if op.plan is None:
         numel = max(1, sizes.get("numel", 1))
         for t in widths:
@@ -514,6 +569,10 @@ def default_config(op: GeneratedOp, sizes: dict[str, int], max_threads: int = 10
     """The config tried first (the projection cannot tell threadgroup shapes apart): 4-wide
     vectors; rows up to 8 SIMD widths one SIMD-group each, 8 rows per threadgroup; wider rows
     one threadgroup each, about 16 columns per thread, 64..max threads."""
+    if op.family == "matmul_epilogue":
+        big = min(sizes.get("M", 1), sizes.get("N", 1)) >= 256
+        return {"strategy": "metal", "threads": 128, "tile": 64 if big else 32, "bk": 16,
+                "index": index}
     if op.plan is None:
         return {"strategy": "metal", "threads": min(256, max_threads), "rows": 1, "vec": 4,
                 "index": index}

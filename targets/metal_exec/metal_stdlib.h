@@ -70,13 +70,14 @@ enum State { RUNNABLE, AT_BARRIER, AT_SIMD, DONE };
 enum SimdOp {
     OP_SUM, OP_PROD, OP_MAX, OP_MIN, OP_AND, OP_OR, OP_XOR, OP_BROADCAST, OP_BROADCAST_FIRST,
     OP_SHUFFLE, OP_SHUFFLE_DOWN, OP_SHUFFLE_UP, OP_SHUFFLE_XOR, OP_PREFIX_EXCL_SUM,
-    OP_PREFIX_INCL_SUM, OP_ALL, OP_ANY, OP_SIMD_BARRIER, OP_IS_FIRST
+    OP_PREFIX_INCL_SUM, OP_ALL, OP_ANY, OP_SIMD_BARRIER, OP_IS_FIRST, OP_MATRIX
 };
 static const char* const OP_NAMES[] = {
     "simd_sum", "simd_product", "simd_max", "simd_min", "simd_and", "simd_or", "simd_xor",
     "simd_broadcast", "simd_broadcast_first", "simd_shuffle", "simd_shuffle_down",
     "simd_shuffle_up", "simd_shuffle_xor", "simd_prefix_exclusive_sum",
-    "simd_prefix_inclusive_sum", "simd_all", "simd_any", "simdgroup_barrier", "simd_is_first"};
+    "simd_prefix_inclusive_sum", "simd_all", "simd_any", "simdgroup_barrier", "simd_is_first",
+    "a simdgroup_matrix function"};
 
 constexpr int SIMD_WIDTH = 32;
 constexpr size_t STACK_BYTES = 128 * 1024;
@@ -464,6 +465,7 @@ typedef vec<bfloat, 2> bfloat2; typedef vec<bfloat, 3> bfloat3; typedef vec<bflo
 typedef vec<int, 2> int2; typedef vec<int, 3> int3; typedef vec<int, 4> int4;
 typedef vec<uint, 2> uint2; typedef vec<uint, 3> uint3; typedef vec<uint, 4> uint4;
 typedef vec<ushort, 2> ushort2; typedef vec<ushort, 3> ushort3;
+typedef vec<ulong, 2> ulong2;
 
 // math: float, half, bfloat (computed in float, as the GPU's half ALUs round per operation)
 #define PORTER_UNARY(NAME, EXPR)                                                         \
@@ -642,6 +644,75 @@ inline bool simd_any(bool b) { return detail::vote(b, porter_rt::OP_ANY); }
 inline bool simd_is_first() { return detail::vote(true, porter_rt::OP_IS_FIRST); }
 inline void simdgroup_barrier(mem_flags) {
     detail::vote(true, porter_rt::OP_SIMD_BARRIER);
+}
+
+// -- SIMD-group matrices (8x8) ---------------------------------------------------------------
+// Every lane holds the whole matrix here (the GPU spreads it over the lanes); each function is
+// a SIMD-group collective, so all active lanes of the SIMD-group must call it together, and a
+// store writes each element once (lane l the elements l, l + 32, ...), so races with other
+// SIMD-groups are still seen.
+template <class T, int R, int C>
+struct simdgroup_matrix {
+    T v[R * C];
+    simdgroup_matrix() = default;
+    explicit simdgroup_matrix(T x) { for (int i = 0; i < R * C; ++i) v[i] = x; }
+};
+typedef simdgroup_matrix<float, 8, 8> simdgroup_float8x8;
+typedef simdgroup_matrix<half, 8, 8> simdgroup_half8x8;
+typedef simdgroup_matrix<bfloat, 8, 8> simdgroup_bfloat8x8;
+
+template <class T, int R, int C>
+simdgroup_matrix<T, R, C> make_filled_simdgroup_matrix(T x) { return simdgroup_matrix<T, R, C>(x); }
+
+namespace detail {
+inline void matrix_collective() { vote(true, porter_rt::OP_MATRIX); }
+}  // namespace detail
+
+template <class T, int R, int C, class P>
+void simdgroup_load(simdgroup_matrix<T, R, C>& d, P src, ulong elements_per_row = C,
+                    ulong2 origin = ulong2(0, 0), bool transpose = false) {
+    detail::matrix_collective();
+    for (int r = 0; r < R; ++r)
+        for (int c = 0; c < C; ++c) {
+            long long row = (long long)origin.y + (transpose ? c : r);
+            long long col = (long long)origin.x + (transpose ? r : c);
+            d.v[r * C + c] = T(src[row * (long long)elements_per_row + col]);
+        }
+}
+
+template <class T, int R, int C, class P>
+void simdgroup_store(const simdgroup_matrix<T, R, C>& m, P dst, ulong elements_per_row = C,
+                     ulong2 origin = ulong2(0, 0), bool transpose = false) {
+    detail::matrix_collective();
+    uint lane = porter_rt::me()->tid % porter_rt::SIMD_WIDTH;
+    for (int i = (int)lane; i < R * C; i += porter_rt::SIMD_WIDTH) {
+        int r = i / C, c = i % C;
+        long long row = (long long)origin.y + (transpose ? c : r);
+        long long col = (long long)origin.x + (transpose ? r : c);
+        dst[row * (long long)elements_per_row + col] = m.v[i];
+    }
+}
+
+template <class T, int M, int K, int N>
+void simdgroup_multiply_accumulate(simdgroup_matrix<T, M, N>& d,
+                                   const simdgroup_matrix<T, M, K>& a,
+                                   const simdgroup_matrix<T, K, N>& b,
+                                   const simdgroup_matrix<T, M, N>& c) {
+    detail::matrix_collective();
+    simdgroup_matrix<T, M, N> r;
+    for (int i = 0; i < M; ++i)
+        for (int j = 0; j < N; ++j) {
+            float acc = float(c.v[i * N + j]);
+            for (int k = 0; k < K; ++k) acc = std::fma(float(a.v[i * K + k]), float(b.v[k * N + j]), acc);
+            r.v[i * N + j] = T(acc);
+        }
+    d = r;
+}
+
+template <class T, int M, int K, int N>
+void simdgroup_multiply(simdgroup_matrix<T, M, N>& d, const simdgroup_matrix<T, M, K>& a,
+                        const simdgroup_matrix<T, K, N>& b) {
+    simdgroup_multiply_accumulate(d, a, b, simdgroup_matrix<T, M, N>(T(0)));
 }
 
 }  // namespace metal

@@ -349,3 +349,20 @@ def test_variant_space_is_pruned_by_the_device_model() -> None:
         "i64"}
     narrow = variant_space(op, m4, {"n_rows": 4096, "n_cols": 100}, 2 ** 20)
     assert narrow[0]["rows"] == 8 and any(c["rows"] > 1 for c in narrow)
+
+
+def test_matmul_epilogue_through_simdgroup_matrices() -> None:
+    from harness.emulated import check_source
+
+    spec, src = _gen("matmul_bias_gelu", {"tile": 32, "bk": 16, "index": "i32", "dtype": "fp32"})
+    assert "simdgroup_multiply_accumulate" in src and "simdgroup_float8x8" in src
+    problem = spec.problem(interpret=True, dtypes=[torch.float32])
+    report = check_source(problem, src, stages=["smoke", "odd_sizes"])
+    assert report.passed, report.summary()
+    # the barrier between storing the accumulators and the epilogue's reads, removed
+    store = "simdgroup_store(acc[i][j], Cs, TILE, ulong2(sn + 8 * j, sm + 8 * i));\n"
+    tail = src.split(store, 1)[1]
+    bad = src.replace(store + tail, store + tail.replace(
+        "threadgroup_barrier(mem_flags::mem_threadgroup);", "", 1))
+    report = check_source(problem, bad, stages=["smoke"])
+    assert not report.passed and "data race on threadgroup memory Cs" in report.failed.message
