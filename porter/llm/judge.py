@@ -19,8 +19,9 @@ candidate is rejected as a cheat (work escaping the timed region, a cached resul
 Either child crashing (SIGSEGV, an illegal access) or passing its limit ends that candidate with
 a verdict naming the signal or the limit and the stage it was in; the run goes on.
 
-Metal sources are checked against the output contract only: no Metal compiler or executor runs
-here, so they reach the emitted tier.
+Metal sources run on the CPU Metal executor (`porter.emulated`, the emulated tier: the same five
+stages, in a child process), bound and launched as their `// porter-dispatch:` line says; where
+no C++ compiler is available for the executor they stay at the emitted tier, saying why.
 """
 
 from __future__ import annotations
@@ -117,9 +118,7 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
     file = folder / f"{source_hash(source)[:16]}.{'metal' if language == 'metal' else 'py'}"
     file.write_text(source)
     if language == "metal":
-        return Verdict(True, "passed", "ok", "Metal source emitted (no Metal compiler or "
-                       "executor on this machine: not run)", "emitted",
-                       seconds=time.monotonic() - t0)
+        return _metal(spec_path, source, hw, t0)
 
     job = {"spec": str(Path(spec_path).resolve()), "source": str(file.resolve()), "hw": hw.name,
            "device": "cuda" if on_device else "cpu"}
@@ -160,6 +159,28 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
     if launches and not on_device:
         verdict = _compiled(verdict, file, launches, hw)
     return Verdict(**{**asdict(verdict), "seconds": time.monotonic() - t0})
+
+
+def _metal(spec_path: str | Path, source: str, hw: Any, t0: float) -> Verdict:
+    """A Metal source on the CPU executor (emulated tier), or emitted where it cannot run."""
+    from porter.emulated import emulated_check
+    from targets.metal_exec import available
+    from targets.metal_host import parse
+
+    ok, why = available()
+    if not ok:
+        return Verdict(True, "passed", "ok", f"Metal source emitted, not run: {why}", "emitted",
+                       seconds=time.monotonic() - t0)
+    dtype = parse(source).get("io_dtype", "fp32")  # checked by the output contract
+    res = emulated_check(spec_path, source, hw.name, dtype)
+    if res["passed"]:
+        return Verdict(True, "passed", "ok", res["message"], "emulated",
+                       seconds=time.monotonic() - t0)
+    stage, _, rest = res["message"].partition(": ")
+    known = stage in ("smoke", "sweep", "adversarial", "determinism", "odd_sizes")
+    return Verdict(False, stage if known else "emulate", "failed" if known else "error",
+                   res["message"], "none", caught_by=stage if known else None,
+                   seconds=time.monotonic() - t0)
 
 
 def _compiled(verdict: Verdict, file: Path, launches: list[dict[str, Any]], hw: Any) -> Verdict:

@@ -151,6 +151,16 @@ def check_kernel(kernel: dict[str, Any], language: str | None, where: str) -> No
     if lang == "metal":
         if not re.search(r"\bkernel\s+void\s+\w+\s*\(", source):
             raise ReplyError(f"{where}.source: no `kernel void NAME(...)` function")
+        from targets.metal_host import DispatchError
+        from targets.metal_host import parse
+
+        try:
+            dispatch = parse(source)
+            for key in ("kernel", "buffers", "sizes", "launches"):
+                if key not in dispatch:
+                    raise DispatchError(f"the dispatch has no {key!r}")
+        except (DispatchError, ValueError) as exc:
+            raise ReplyError(f"{where}.source: {exc}") from None
         return
     try:
         tree = ast.parse(source)
