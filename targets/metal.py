@@ -97,12 +97,38 @@ def threadgroup_arrays(source: str, constexprs: dict[str, object] | None = None)
             dim = dim.strip()
             value = int(dim.rstrip("u")) if dim.rstrip("u").isdigit() else consts.get(dim)
             if value is None:
+                value = _const_expr(dim, consts)
+            if value is None:
                 problems.append(f"threadgroup {type_name} {var}[{dim}]: size {dim!r} is not a known constant")
                 count = 0
                 break
             count *= value
         total += size * count
     return total, problems
+
+
+def _const_expr(text: str, consts: dict[str, int]) -> int | None:
+    """An array size such as `THREADS / 32` or `TILE * BK` from known integer constants (+ - *
+    / and parentheses, C integer division); None for anything else."""
+    tokens = re.findall(r"\s*(\d+u?|[A-Za-z_]\w*|[-+*/()])", text)
+    if "".join(t.strip() for t in tokens) != re.sub(r"\s+", "", text):
+        return None
+    expr = []
+    for t in tokens:
+        t = t.strip()
+        if t[0].isdigit():
+            expr.append(t.rstrip("u"))
+        elif t[0].isalpha() or t[0] == "_":
+            if t not in consts:
+                return None
+            expr.append(str(consts[t]))
+        else:
+            expr.append("//" if t == "/" else t)
+    try:
+        value = eval("".join(expr), {"__builtins__": {}}, {})  # noqa: S307 - digits/operators only
+    except (SyntaxError, ZeroDivisionError):
+        return None
+    return value if isinstance(value, int) and value >= 0 else None
 
 
 class MetalBackend(TargetBackend):

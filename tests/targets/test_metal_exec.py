@@ -366,3 +366,31 @@ def test_matmul_epilogue_through_simdgroup_matrices() -> None:
         "threadgroup_barrier(mem_flags::mem_threadgroup);", "", 1))
     report = check_source(problem, bad, stages=["smoke"])
     assert not report.passed and "data race on threadgroup memory Cs" in report.failed.message
+
+
+@pytest.mark.parametrize("name,config,smem,threads", [
+    ("matmul_bias_gelu", {"tile": 64, "bk": 16, "dtype": "fp32"}, 4 * (2 * 64 * 16 + 64 * 64), 128),
+    ("softmax", {"threads": 512, "dtype": "fp32"}, 4 * 512 // 32, 512),
+    ("softmax", {"threads": 256, "rows": 8, "dtype": "fp32"}, 0, 256),
+], ids=["matmul-64x16", "rowwise-threadgroup", "rowwise-simd-rows"])
+def test_static_check_reads_generated_sizes(name: str, config: dict, smem: int,
+                                            threads: int) -> None:
+    import hwmodels
+    from targets.base import KernelRef
+    from targets.base import LaunchConfig
+    from targets.metal import MetalBackend
+
+    _, src = _gen(name, config)
+    kname = metal_kernel_name(src)
+    rep = MetalBackend().compile(KernelRef(name=kname, source=src), LaunchConfig(),
+                                 hwmodels.get("m4"))
+    assert rep.fits, rep.reasons
+    assert rep.resources.shared_memory_bytes == smem
+    assert rep.resources.threads_per_block == threads
+    assert not [n for n in rep.notes if n.startswith("unsized")]
+
+
+def metal_kernel_name(src: str) -> str:
+    import re
+
+    return re.search(r"kernel void (\w+)\(", src).group(1)
