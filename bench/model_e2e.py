@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import statistics
 import subprocess
 import sys
 from pathlib import Path

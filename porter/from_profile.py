@@ -68,7 +68,7 @@ class FromProfileError(PorterError):
 
 @dataclass(frozen=True)
 class WrittenSpec:
-    """One spec module written for a group."""
+    """One spec module written for a group (shapes: its SHAPES)."""
 
     pack_name: str
     path: Path
@@ -76,18 +76,38 @@ class WrittenSpec:
     dtypes: tuple[str, ...]
 
 
-def _dims(primary: Sequence[int], shape: Sequence[int]) -> list[Any]:
-    """`shape`'s sizes as "d<i>" of `primary` where they align from the right, else ints."""
+def _dims(primary: Sequence[int], shape: Sequence[int], extra: list[int] | None = None,
+          ) -> list[Any]:
+    """`shape`'s sizes as "d<i>" of `primary` where they align from the right (broadcasting);
+    a size that does not align is a 1, or, with `extra`, a further dim of the spec's shape
+    (a weight's output width N): appended to `extra` once, named after its place behind
+    `primary`. Without `extra` such sizes stay fixed ints."""
     out: list[Any] = []
     offset = len(primary) - len(shape)
     for j, size in enumerate(shape):
         i = j + offset
-        out.append(f"d{i}" if 0 <= i < len(primary) and primary[i] == size else int(size))
+        if 0 <= i < len(primary) and primary[i] == size:
+            out.append(f"d{i}")
+        elif extra is None or size == 1:
+            out.append(int(size))
+        else:
+            if size not in extra:
+                extra.append(int(size))
+            out.append(f"d{len(primary) + extra.index(size)}")
     return out
 
 
-def _interpret_shape(shape: Sequence[int]) -> tuple[int, ...]:
-    """A shape reduced for the interpreter, keeping rank and the width's power-of-two-ness."""
+# An extra dim (a matmul's N) under the interpreter: at most this.
+INTERPRET_MAX_EXTRA = 128
+
+
+def _interpret_shape(shape: Sequence[int], n_primary: int | None = None) -> tuple[int, ...]:
+    """A shape reduced for the interpreter, keeping rank and the width's power-of-two-ness;
+    dims past the first `n_primary` (a matmul's N) are capped at INTERPRET_MAX_EXTRA."""
+    if n_primary is not None and n_primary < len(shape):
+        extra = tuple(min(d, INTERPRET_MAX_EXTRA if d & (d - 1) == 0 else INTERPRET_MAX_EXTRA - 28)
+                      for d in shape[n_primary:])
+        return (*_interpret_shape(shape[:n_primary]), *extra)
     dims = [int(d) for d in shape]
     if math.prod(dims[:-1] or [1]) <= INTERPRET_MAX_ROWS and dims[-1] <= INTERPRET_MAX_WIDTH:
         return tuple(dims)
@@ -121,29 +141,41 @@ def top_groups(profile: dict[str, Any], top: int) -> list[dict[str, Any]]:
 
 def spec_source(group: dict[str, Any], *, model: str = "the model", where: str = "") -> str:
     """The spec module text for one ranked group of a profile."""
+    return _spec(group, model=model, where=where)[0]
+
+
+def _spec(group: dict[str, Any], *, model: str, where: str,
+          ) -> tuple[str, list[tuple[int, ...]], list[str]]:
+    """(spec text, its SHAPES, its dtype names)."""
     first = group["instances"][0]
     primary = first["inputs"][0]["shape"]
     dtype0 = first["inputs"][0]["dtype"]
-    inputs = [{"dims": _dims(primary, i["shape"]),
+    extra: list[int] = []
+    inputs = [{"dims": _dims(primary, i["shape"], extra),
                "dtype": None if i["dtype"] == dtype0 else i["dtype"]} for i in first["inputs"]]
     shapes: list[tuple[int, ...]] = []
     dtypes: list[str] = []
     for inst in group["instances"]:
-        s = tuple(int(d) for d in inst["inputs"][0]["shape"])
+        # the spec's shape: the first input's sizes, then the sizes no input aligns (its N)
+        more: list[int] = []
+        for i in inst["inputs"]:
+            _dims(inst["inputs"][0]["shape"], i["shape"], more)
+        s = tuple(int(d) for d in inst["inputs"][0]["shape"]) + tuple(more)
         if s not in shapes:
             shapes.append(s)
         if inst["inputs"][0]["dtype"] not in dtypes:
             dtypes.append(inst["inputs"][0]["dtype"])
     interpret: list[tuple[int, ...]] = []
     for s in shapes:
-        r = _interpret_shape(s)
+        r = _interpret_shape(s, len(primary))
         if r not in interpret:
             interpret.append(r)
-    return _SPEC_TEMPLATE.format(
+    text = _SPEC_TEMPLATE.format(
         name=group["pack_name"], model=model, where=where or "profiled",
         count=len(group["instances"]), ops=", ".join(group["ops"]), inputs=inputs,
         shapes=shapes, interpret=interpret,
         dtypes=", ".join(f"torch.{d}" for d in dtypes), code=group["code"].rstrip() + "\n")
+    return text, shapes, dtypes
 
 
 def write_specs(profile: dict[str, Any], *, top: int, specs_dir: str | os.PathLike[str],
@@ -160,10 +192,9 @@ def write_specs(profile: dict[str, Any], *, top: int, specs_dir: str | os.PathLi
     out = []
     for g in top_groups(profile, top):
         path = folder / f"{g['pack_name']}.py"
-        path.write_text(spec_source(g, model=profile.get("model", "the model"), where=where))
-        shapes = tuple(tuple(inst["inputs"][0]["shape"]) for inst in g["instances"])
-        dtypes = tuple(dict.fromkeys(inst["inputs"][0]["dtype"] for inst in g["instances"]))
-        out.append(WrittenSpec(g["pack_name"], path, tuple(dict.fromkeys(shapes)), dtypes))
+        text, shapes, dtypes = _spec(g, model=profile.get("model", "the model"), where=where)
+        path.write_text(text)
+        out.append(WrittenSpec(g["pack_name"], path, tuple(shapes), tuple(dtypes)))
     return out
 
 

@@ -121,6 +121,18 @@ class Group:
     code: str = ""
     signature: str = ""
     reason: str = ""
+    flat: list[bool] = field(default_factory=list)  # per input: passed as (rows, last) 2-D
+    base: Group | None = None  # the elementwise group alone, when a matmul was absorbed
+
+    def input_shapes(self) -> list[tuple[int, ...]]:
+        """Each input's shape as the group's code receives it (flattened to 2-D where the
+        porter's matmul template needs it)."""
+        out = []
+        for k, i in enumerate(self.inputs):
+            shape = tuple(int(d) for d in i.meta["tensor_meta"].shape)
+            flat = k < len(self.flat) and self.flat[k]
+            out.append((math.prod(shape[:-1]), shape[-1]) if flat else shape)
+        return out
 
     @property
     def pack_name(self) -> str:
@@ -220,8 +232,16 @@ def _ancestors(nodes: list[fx.Node]) -> dict[fx.Node, int]:
     return anc
 
 
-def find_groups(traced: TracedModel) -> list[Group]:
+def find_groups(traced: TracedModel, *, matmul_epilogues: bool = False) -> list[Group]:
     """Cut the traced graph into fused groups, plus one entry per matmul and opaque op.
+
+    Args:
+        traced: the traced model.
+        matmul_epilogues: also absorb a Linear into the elementwise group that alone reads its
+            output (bias + activation, SiLU-and-multiply of a gate projection): one matmul
+            kernel with a fused epilogue, as the porter's matmul template generates. Off by
+            default: Inductor's default mode leaves matmuls to cuBLAS and fuses only the
+            elementwise part, and that is the group a custom op must not break.
 
     Returns:
         Groups in graph order: "fused" ones (with code and signature), "matmul" and "opaque"
@@ -260,10 +280,19 @@ def find_groups(traced: TracedModel) -> list[Group]:
         masks[joined] |= 1 << pos[n]
 
     groups: list[Group] = []
+    absorbed: set[fx.Node] = set()
     for gid in sorted(members, key=lambda g: pos[members[g][0]]):
-        groups.append(_fused_group(gm, members[gid], kind))
+        g = _fused_group(gm, members[gid], kind)
+        if matmul_epilogues and g.kind == "fused":
+            with_mm = _absorb_matmul(gm, g, kind)
+            if with_mm is not None:
+                absorbed.add(with_mm.nodes[0])
+                g = with_mm
+        groups.append(g)
     for n in nodes:
         k = kind[n]
+        if n in absorbed:
+            continue
         if not isinstance(n.meta.get("tensor_meta"), torch.fx.passes.shape_prop.TensorMetadata):
             continue  # no tensor made (grad mode, autocast, vmap bookkeeping): no kernel
         if k == "matmul":
@@ -307,10 +336,74 @@ def _fused_group(gm: fx.GraphModule, members: list[fx.Node], kind: dict[fx.Node,
     if reason:
         g.kind, g.reason = "opaque", reason
         return g
-    ranks = ",".join(str(len(i.meta["tensor_meta"].shape)) for i in inputs)
     g.code = code
-    g.signature = hashlib.sha256(f"{code}\n{ranks}".encode()).hexdigest()[:16]
+    g.signature = _signature(g)
     return g
+
+
+def _signature(g: Group) -> str:
+    ranks = ",".join(str(len(s)) for s in g.input_shapes())
+    return hashlib.sha256(f"{g.code}\n{ranks}\n{g.flat}".encode()).hexdigest()[:16]
+
+
+def _linear_params(gm: fx.GraphModule, lin: fx.Node) -> tuple[fx.Node, fx.Node | None]:
+    """The weight and bias nodes of a Linear module call (get_attr nodes added before it)."""
+    from torch.fx.passes.shape_prop import _extract_tensor_metadata
+
+    if "porter_linear_params" not in lin.meta:
+        m = gm.get_submodule(str(lin.target))
+        made = []
+        for pname in ("weight", "bias"):
+            p = getattr(m, pname, None)
+            if p is None:
+                made.append(None)
+                continue
+            with gm.graph.inserting_before(lin):
+                node = gm.graph.get_attr(f"{lin.target}.{pname}")
+            node.meta["tensor_meta"] = _extract_tensor_metadata(p)
+            made.append(node)
+        lin.meta["porter_linear_params"] = tuple(made)
+        gm.recompile()
+    w, b = lin.meta["porter_linear_params"]
+    return w, b
+
+
+def _absorb_matmul(gm: fx.GraphModule, g: Group, kind: dict[fx.Node, str]) -> Group | None:
+    """`g` with the Linear that only it reads in front (a matmul with a fused epilogue), or
+    None where the porter's matmul template cannot take it."""
+    if any(kind[n] == "reduction" for n in g.nodes):
+        return None
+    inside = set(g.nodes)
+    lin = next((i for i in g.inputs if kind.get(i) == "matmul" and op_name(gm, i) == "linear"
+                and all(u in inside for u in i.users)), None)
+    if lin is None or lin.op not in ("call_module", "call_function"):
+        return None
+    if lin.op == "call_module":
+        _linear_params(gm, lin)
+    members = [lin, *g.nodes]
+    code, inputs, reason = _standalone(gm, members, g.outputs, kind)
+    if reason:
+        return None
+    x = lin.all_input_nodes[0]
+    params = set(lin.meta.get("porter_linear_params", ())) | set(lin.all_input_nodes[1:])
+    lead = tuple(x.meta["tensor_meta"].shape[:-1])
+    flat = []
+    for i in inputs:
+        shape = tuple(i.meta["tensor_meta"].shape)
+        if len(lead) <= 1 or i in params or len(shape) <= 1:
+            flat.append(False)  # 2-D already, the weight or bias, or a vector over columns
+        elif len(shape) == len(lead) + 1 and (shape[:-1] == lead or
+                                              all(d == 1 for d in shape[:-1])):
+            flat.append(True)
+        else:
+            return None  # broadcast over some leading dims only: no 2-D form
+    if len(lead) > 1 and any(tuple(o.meta["tensor_meta"].shape[:-1]) != lead for o in g.outputs):
+        return None
+    ops = [op_name(gm, n) for n in members]
+    new = Group(0, members, inputs, list(g.outputs), ops, "fused", f"linear_{g.label}", code,
+                flat=flat, base=g)
+    new.signature = _signature(new)
+    return new
 
 
 def _label(ops: list[str]) -> str:
@@ -365,7 +458,11 @@ def _standalone(gm: fx.GraphModule, members: list[fx.Node], outputs: list[fx.Nod
         args = fx.map_arg(n.args, value)
         kwargs = fx.map_arg(n.kwargs, value)
         target, op = n.target, n.op
-        if op == "call_module":
+        if op == "call_module" and isinstance(gm.get_submodule(str(n.target)), nn.Linear):
+            w, b = _linear_params(gm, n)
+            args = (args[0], value(w), value(b) if b is not None else None)
+            op, target, kwargs = "call_function", F.linear, {}
+        elif op == "call_module":
             m = gm.get_submodule(str(n.target))
             fname = _ACTIVATION_MODULES.get(type(m))
             if fname is None:

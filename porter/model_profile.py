@@ -217,7 +217,8 @@ def _device_us(evt: Any, on_gpu: bool, self_only: bool) -> float:
 
 def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict[str, Any],
                   hw_name: str | None = None, steps: int = 3, warmup: int = 2,
-                  packs: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+                  packs: str | os.PathLike[str] | None = None,
+                  matmul_epilogues: bool = False) -> dict[str, Any]:
     """Profile `model(*inputs)` and rank its groups; returns the profile as plain data (JSON).
 
     Args:
@@ -229,6 +230,8 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
         warmup: forward passes before profiling.
         packs: a packs folder; a group whose pack is there with a measured number for its
             shape and dtype takes s from it.
+        matmul_epilogues: absorb a Linear into the elementwise group that alone reads it
+            (`porter.model_graph.find_groups`).
 
     Returns:
         A dict: device, versions, ops (by share), groups (ranked), not_portable, notes.
@@ -285,7 +288,8 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
         measured = False
         notes.append("the profiler attributed no device time to the model's nodes; the ranking "
                      f"uses times projected for {hw.name}")
-    groups = find_groups(traced)
+    groups = find_groups(traced, matmul_epilogues=matmul_epilogues)
+    prof_d["matmul_epilogues"] = matmul_epilogues
     prof_d.update(rank_groups(traced, groups, node_ms, hw, measured=measured, packs=packs))
     return prof_d
 
@@ -366,10 +370,11 @@ def _eager_projection(gm: fx.GraphModule, g: Group, hw: Any) -> float:
     return total
 
 
-def _ours_projection(g: Group, hw: Any) -> float:
+def _ours_projection(gm: fx.GraphModule, g: Group, hw: Any) -> float:
     _, fused = group_bytes(g)
     out = g.outputs[0]
-    return _project_ms(fused, 0, hw, _node_dtype(out), rows(out), OURS_BW_FRACTION)
+    flops = sum(node_flops(gm, n) for n in g.nodes)
+    return _project_ms(fused, flops, hw, _node_dtype(out), rows(out), OURS_BW_FRACTION)
 
 
 def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, float], hw: Any, *,
@@ -410,7 +415,7 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
             e["count"] += 1
             e["ms"] += eager[g.index]
             continue
-        ours = _ours_projection(g, hw)
+        ours = _ours_projection(gm, g, hw)
         ours_label = "projected"
         pack_ms = _pack_time(packs, g, hw) if packs else None
         if pack_ms is not None:
@@ -421,7 +426,9 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
             "ours_label": ours_label})
         unfused, fused = group_bytes(g)
         e["instances"].append({"index": g.index, "nodes": [n.name for n in g.nodes],
-                               "inputs": [_meta_d(i) for i in g.inputs],
+                               "inputs": [{"name": i.name, "shape": list(shape),
+                                           "dtype": _meta_d(i)["dtype"]}
+                                          for i, shape in zip(g.inputs, g.input_shapes())],
                                "outputs": [_meta_d(o) for o in g.outputs],
                                "eager_ms": eager[g.index], "ours_ms": ours,
                                "bytes_unfused": unfused, "bytes_fused": fused})
@@ -445,6 +452,8 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
 
 def _family(code: str) -> str:
     """The template family the porter's generator will use for a group's code."""
+    if "linear(" in code:
+        return "matmul_epilogue"
     reduction = any(f".{r}(" in code or f"functional.{r}(" in code or f"torch.{r}(" in code
                     for r in ("mean", "sum", "amax", "softmax", "log_softmax", "rms_norm",
                               "layer_norm", "var", "norm"))

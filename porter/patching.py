@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import heapq
 import logging
+import operator
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -119,8 +120,6 @@ def _pack_dirs(packs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]])
 
 def group_function(code: str) -> Any:
     """The `reference(a0, ...)` function of a group's standalone code."""
-    import operator
-
     ns: dict[str, Any] = {"torch": torch, "operator": operator}
     exec(compile(code, "<porter group>", "exec"), ns)  # noqa: S102 - code the tracer wrote
     return ns["reference"]
@@ -165,11 +164,12 @@ def _judge_against_compile(g: Group, op: Any, hw: Any) -> tuple[float, float]:
     from harness import timing
 
     ref = torch.compile(group_function(g.code))
-    metas = [i.meta["tensor_meta"] for i in g.inputs]
+    shapes = g.input_shapes()
+    dtypes = [i.meta["tensor_meta"].dtype for i in g.inputs]
     dev = torch.device("cuda")
 
     def make_args() -> tuple[torch.Tensor, ...]:
-        return tuple(torch.randn(*m.shape, device=dev).to(m.dtype) for m in metas)
+        return tuple(torch.randn(*s, device=dev).to(d) for s, d in zip(shapes, dtypes))
 
     cmp_ = timing.compare({"ours": op, "compiled": ref}, make_args, hw=hw, reps=30, warmup=5)
     return cmp_.timings["ours"].median_ms, cmp_.timings["compiled"].median_ms
@@ -234,7 +234,16 @@ def patch(model: torch.nn.Module,
         if hw is None:
             raise PatchError(f"no hardware model for this GPU ({det.reason}); pass hw_name")
 
-    groups = [g for g in find_groups(traced) if g.kind == "fused"]
+    # A group with a Linear absorbed is patched whole when its pack is there, else its
+    # elementwise part alone (the profile may have been made either way).
+    groups = []
+    for g in find_groups(traced, matmul_epilogues=True):
+        if g.kind != "fused":
+            continue
+        if g.base is not None and g.pack_name not in dirs and g.base.pack_name in dirs:
+            g.base.index = g.index
+            g = g.base
+        groups.append(g)
     by_sig: dict[str, list[Group]] = {}
     for g in groups:
         by_sig.setdefault(g.signature, []).append(g)
@@ -242,7 +251,7 @@ def patch(model: torch.nn.Module,
     result_reps: list[Replacement] = []
     loaded: dict[str, Any] = {}
     packed_ops: dict[str, Any] = {}
-    for sig, gs in by_sig.items():
+    for gs in by_sig.values():
         g0 = gs[0]
         rep = Replacement(g0.pack_name, g0.label, len(gs), "no pack",
                           f"no pack named {g0.pack_name} in the packs given")
@@ -320,12 +329,19 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
         _, k = heapq.heappop(ready)
         u = by_id[k]
         if isinstance(u, Group):
-            call = graph.call_function(ops[u.index], tuple(env[i] for i in u.inputs))
-            if len(u.outputs) == 1:
-                env[u.outputs[0]] = call
-            else:
-                for j, o in enumerate(u.outputs):
-                    env[o] = graph.call_function(__import__("operator").getitem, (call, j))
+            args = []
+            for j, i in enumerate(u.inputs):
+                a = env[i]
+                if j < len(u.flat) and u.flat[j]:  # the matmul template takes 2-D operands
+                    a = graph.call_method("reshape", (a, -1, i.meta["tensor_meta"].shape[-1]))
+                args.append(a)
+            call = graph.call_function(ops[u.index], tuple(args))
+            outs = [call] if len(u.outputs) == 1 else [
+                graph.call_function(operator.getitem, (call, j)) for j in range(len(u.outputs))]
+            for o, v in zip(u.outputs, outs, strict=True):
+                if any(u.flat):
+                    v = graph.call_method("reshape", (v, -1, *o.meta["tensor_meta"].shape[1:]))
+                env[o] = v
         else:
             env[u] = graph.node_copy(u, lambda a: env[a])
         for user in users[k]:
@@ -349,8 +365,6 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
 
 def _is_query(n: fx.Node) -> bool:
     """A shape, dtype or size query (`x.dtype`, `x.shape[0]`, `x.size(-1)`): no effect."""
-    import operator
-
     if n.op == "call_function" and n.target is getattr:
         return True
     if n.op == "call_method" and n.target in ("size", "dim", "numel"):

@@ -36,10 +36,13 @@ def _fail(message: str) -> None:
               help="A packs folder: a group whose pack has a measured time takes s from it.")
 @click.option("--steps", default=3, show_default=True, type=click.IntRange(min=1),
               help="Forward passes profiled.")
+@click.option("--matmul-epilogues", is_flag=True,
+              help="Also fuse a Linear into the elementwise group that alone reads it (one "
+                   "matmul kernel with an epilogue) instead of leaving it to cuBLAS.")
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
               help="Write the profile (JSON) for `porter port-profile`.")
 def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device: str | None,
-                hw_name: str | None, packs_dir: str | None, steps: int,
+                hw_name: str | None, packs_dir: str | None, steps: int, matmul_epilogues: bool,
                 out_path: str | None) -> None:
     """Profile MODEL (Model/get_inputs/get_init_inputs) and rank its fused groups."""
     import torch
@@ -62,7 +65,7 @@ def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device
         else:
             m, inputs, source = load_model(model, size=size, device=dev)  # type: ignore[arg-type]
         prof = profile_model(m, inputs, source=source, hw_name=hw_name, steps=steps,
-                             packs=packs_dir)
+                             packs=packs_dir, matmul_epilogues=matmul_epilogues)
     except PorterError as exc:
         _fail(str(exc))
     click.echo(format_profile(prof))

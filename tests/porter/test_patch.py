@@ -119,3 +119,61 @@ def test_a_replacement_slower_than_torch_compile_is_declined() -> None:
 
     text = PatchResult(torch.nn.Identity(), [slow]).report()
     assert text.startswith("declined  add_rmsnorm_x x4 (ours 74.0 us vs torch.compile 29.0 us)")
+
+
+MLP = '''
+import torch
+from torch import nn
+
+
+class Model(nn.Module):
+    def __init__(self, d, h):
+        super().__init__()
+        self.fc = nn.Linear(d, h)
+        self.act = nn.GELU()
+        self.fc2 = nn.Linear(h, d)
+
+    def forward(self, x):
+        return x + self.fc2(self.act(self.fc(x)))
+
+
+def get_init_inputs():
+    return [64, 96]
+
+
+def get_inputs():
+    return [torch.randn(2, 8, 64)]
+'''
+
+
+def test_matmul_epilogue_group_ported_and_patched_with_2d_operands(tmp_path: Path) -> None:
+    """Linear + bias + GELU as one matmul-epilogue kernel: 3-D activations flattened to the
+    template's 2-D operands and back (~20 s)."""
+    from porter.loader import PackFallbackWarning
+
+    (tmp_path / "mlp.py").write_text(MLP)
+    torch.manual_seed(0)
+    model, inputs, source = load_model(tmp_path / "mlp.py")
+    prof = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0,
+                         matmul_epilogues=True)
+    labels = [g["label"] for g in prof["groups"]]
+    assert sorted(labels) == ["linear_add", "linear_gelu"]
+    gelu = next(g for g in prof["groups"] if g["label"] == "linear_gelu")
+    assert gelu["family"] == "matmul_epilogue"
+    assert [i["shape"] for i in gelu["instances"][0]["inputs"]] == [[16, 64], [96, 64], [96]]
+    assert not prof["not_portable"]  # both Linears went into their groups
+    path = save_profile(prof, tmp_path / "p.json")
+    res = _porter("port-profile", str(path), "--top", "1", "--targets", "h100",
+                  "--out", str(tmp_path / "packs"), "--run-dir", str(tmp_path / "run"),
+                  "--max-variants", "1", "--max-checks", "2")
+    assert res.returncode == 0, res.stdout + res.stderr
+    spec_text = (tmp_path / "run" / "specs" / f"{prof['groups'][0]['pack_name']}.py").read_text()
+    assert "SHAPES = [(16, 64, 96)]" in spec_text or "SHAPES = [(16, 96, 64)]" in spec_text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)
+        result = porter.patch(model, tmp_path / "packs", example_inputs=inputs)
+    assert result.check is not None and result.check.passed, result.report()
+    assert [r.pack_name for r in result.replaced] == [prof["groups"][0]["pack_name"]]
+    reshapes = [n for n in result.model.graph.nodes if n.op == "call_method"
+                and n.target == "reshape"]
+    assert reshapes  # operands flattened to 2-D and the result shaped back
