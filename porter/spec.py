@@ -399,7 +399,10 @@ def spec_from_module(module: ModuleType, p: Path) -> OpSpec:
         raise SpecError(p, "TRITON_LAUNCHER given without TRITON_KERNEL")
     kernel = launcher = None
     if kernel_ref is not None:
-        kernel, launcher = load_kernel(p, kernel_ref, launcher_ref, tunables)
+        from porter.user_kernel import load as load_user_kernel  # by file or import path
+
+        kernel, launcher = load_user_kernel(p, kernel_ref, launcher_ref, tunables,
+                                            _callable(p, module, "TRITON_CALL", required=False))
     name = getattr(module, "NAME", None) or (p.parent.name if p.stem == "spec" else p.stem)
     description = getattr(module, "DESCRIPTION", None) or (inspect.getdoc(module) or "").split("\n\n")[0]
     spec = OpSpec(

@@ -56,6 +56,10 @@ def compile_candidate(session: PortSession, hw: HardwareModel, backend: TargetBa
     try:
         if caps.language != "triton":
             refs = [source_ref(source, session.spec.name)]
+        elif is_existing(cand) and getattr(session.spec, "triton_constexprs", None) is None:
+            from porter.user_kernel import compile_refs  # as its launcher launches it
+
+            refs = list(compile_refs(session, hw, shape, dtype, cand.config))
         elif is_existing(cand):
             refs = [existing_ref(session, shape, dtype, cand.config)]
         else:

@@ -96,6 +96,7 @@ def interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_n
            "config": config, "hw": hw_name}
     repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "TRITON_INTERPRET": "1", "TRITON_DEFAULT_FP_FUSION": "1",
+           "PORTER_CHECK_TARGET": hw_name,  # answers a user launcher's device questions
            "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
     try:

@@ -28,6 +28,7 @@ from porter.ledger import config_key
 from porter.ledger import source_hash
 from porter.roles.artifacts import BenchRow
 from porter.roles.base import RULES
+from porter.user_kernel import must_check
 from porter.verdicts import brief_reason
 from porter.verdicts import cfg_text
 from targets.tiers import Tier
@@ -140,7 +141,8 @@ class HarnessBenchmark:
             kept = session.ledger.kept(hw.name, bucket, dname)
             if (kept is not None and tier_rank(kept.tier) >= tier_rank(Tier.INTERPRETED)
                     and kept.time_ms is not None
-                    and p.numbers.get("time_ms", float("inf")) >= kept.time_ms):
+                    and p.numbers.get("time_ms", float("inf")) >= kept.time_ms
+                    and not must_check(session, hw.name, bucket, dname, p.cand.config)):
                 record_verdict(session, hw, bucket, dname, shape, p, passed=True,
                                why=f"projected {p.numbers['time_ms']:.4g} ms cannot beat the "
                                    f"kept {kept.time_ms:.4g} ms; correctness not run")

@@ -36,6 +36,24 @@ def existing_configs(spec: Any) -> list[dict[str, Any]]:
     return [{"origin": "existing", **dict(zip(knobs, combo, strict=True))} for combo in combos]
 
 
+def user_candidates(ctx: TargetContext, request: SearchRequest, dtype: Any,
+                    rejected: list[RejectedConfig]) -> list[ProposedConfig]:
+    """The user's kernel: as shipped, then retuned (`porter.user_kernel.configs`, its launches
+    recorded on this target); with TRITON_CONSTEXPRS the launcher-TUNABLES combinations."""
+    if getattr(ctx.spec, "triton_constexprs", None) is not None:
+        return [ProposedConfig(config=cfg, origin="existing",
+                               why="the spec's own kernel (TRITON_KERNEL)")
+                for cfg in existing_configs(ctx.spec)]
+    from porter.user_kernel import configs
+
+    found, misfits = configs(ctx.spec, ctx.problem, ctx.hw, ctx.backend, tuple(request.shape),
+                             dtype, request.max_variants)
+    rejected += [RejectedConfig(cfg, (why,)) for cfg, why in misfits]
+    return [ProposedConfig(config=cfg, origin="existing",
+                           why="the user's kernel " + ("as shipped" if i == 0 else "retuned"))
+            for i, cfg in enumerate(found)]
+
+
 class RuleSearch:
     name = "search"
     implementation = RULES
@@ -55,12 +73,13 @@ class RuleSearch:
         cap = request.max_variants
         kept = ordered if cap is None else ordered[:cap]
         proposed = [ProposedConfig(config=c.config, origin=c.origin) for c in kept]
+        if not getattr(ctx.session, "allow_generated", True):
+            proposed = []  # --no-allow-generated: only the user's kernel may be packed
+        rejected = [RejectedConfig(r.config, tuple(r.reasons)) for r in sr.rejected]
         if ctx.capabilities().runs_existing_kernels:
-            proposed += [ProposedConfig(config=cfg, origin="existing",
-                                        why="the spec's own kernel (TRITON_KERNEL)")
-                         for cfg in existing_configs(ctx.spec)]
+            proposed += user_candidates(ctx, request, dtype, rejected)
         return UnitCandidates(
             shape=tuple(request.shape), dtype=request.dtype, bucket=request.bucket,
             candidates=tuple(proposed),
-            rejected=tuple(RejectedConfig(r.config, tuple(r.reasons)) for r in sr.rejected),
+            rejected=tuple(rejected),
             space_size=sr.space_size, capped=len(ordered) - len(kept))

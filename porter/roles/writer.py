@@ -57,7 +57,12 @@ class TemplateWriter:
     def write(self, ctx: TargetContext, request: WriteRequest) -> KernelSource:
         language = ctx.capabilities().language
         config = dict(request.config)
-        if request.origin == "existing":
+        if request.origin == "existing" and getattr(ctx.spec, "triton_constexprs", None) is None:
+            from porter.user_kernel import pack_source  # config passed at launch: one source
+
+            source = pack_source(ctx.spec)
+            language = "triton"
+        elif request.origin == "existing":
             source = existing_source(ctx.spec, existing_knobs(config))
             language = "triton"
         elif language == "metal":
