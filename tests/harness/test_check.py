@@ -413,7 +413,7 @@ def test_ill_conditioned_input_is_held_to_eager_error_not_below_it():
     against float64; a candidate as good as eager passes, one 10x worse than eager fails."""
     import torch.nn.functional as F
 
-    from harness import check as check_mod
+    from harness import trial
     from harness.problem import Problem
 
     def ref(x):
@@ -425,21 +425,21 @@ def test_ill_conditioned_input_is_held_to_eager_error_not_below_it():
     eager = ref(x32)
     problem = Problem(name="ln", reference=ref, make_inputs=lambda *a: (x32,), smoke_shape=(4, 257),
                       sweep_shapes=[(4, 257)])
-    ctx = check_mod._Ctx(problem=problem, candidate=None, device=torch.device("cpu"),
+    ctx = trial.CheckContext(problem=problem, candidate=None, device=torch.device("cpu"),
                          interpreted=False, hw=None, uses_matrix_units=False,
                          ref_dtype_default=torch.float64)
     assert not torch.allclose(eager.double(), exact, atol=1e-5, rtol=1e-5)  # eager misses policy
-    check_mod._compare(ctx, eager.clone(), exact, 0, "as good as eager", native=eager)
+    trial.compare_outputs(ctx, eager.clone(), exact, 0, "as good as eager", native=eager)
     assert ctx.native_floor_used
     worse = (exact + 10 * (eager.double() - exact)).float()
-    with pytest.raises(check_mod._Fail):
-        check_mod._compare(ctx, worse, exact, 0, "10x worse than eager", native=eager)
+    with pytest.raises(trial.TrialFailed):
+        trial.compare_outputs(ctx, worse, exact, 0, "10x worse than eager", native=eager)
 
 
 def test_cancelling_sum_is_judged_by_input_sensitivity_not_result_size():
     """A float32 sum whose terms cancel: its relative error is legitimately large. An output that
     is the exact sum of inputs a few ulps away passes; one off by 1% of the terms' size fails."""
-    from harness import check as check_mod
+    from harness import trial
     from harness.problem import Problem
 
     def ref(x):
@@ -448,13 +448,13 @@ def test_cancelling_sum_is_judged_by_input_sensitivity_not_result_size():
     x = torch.tensor([[1e6, 1.0, -1e6, 1e-3] * 4], dtype=torch.float32)
     problem = Problem(name="sum", reference=ref, make_inputs=lambda *a: (x,), smoke_shape=(1, 16),
                       sweep_shapes=[(1, 16)])
-    ctx = check_mod._Ctx(problem=problem, candidate=None, device=torch.device("cpu"),
+    ctx = trial.CheckContext(problem=problem, candidate=None, device=torch.device("cpu"),
                          interpreted=False, hw=None, uses_matrix_units=False,
                          ref_dtype_default=torch.float64)
     exact = ref(x.double())
-    sens = check_mod._Sensitivity(ctx, (x,), torch.float32)
+    sens = trial.Sensitivity(ctx, (x,), torch.float32)
     near = (exact + 0.1).float()  # terms of 1e6 carry an ulp of 0.0625: 0.1 is within reach
-    check_mod._compare(ctx, near, exact, 0, "near", sensitivity=sens)
+    trial.compare_outputs(ctx, near, exact, 0, "near", sensitivity=sens)
     assert ctx.native_floor_used
-    with pytest.raises(check_mod._Fail):
-        check_mod._compare(ctx, (exact + 1e4).float(), exact, 0, "far", sensitivity=sens)
+    with pytest.raises(trial.TrialFailed):
+        trial.compare_outputs(ctx, (exact + 1e4).float(), exact, 0, "far", sensitivity=sens)
