@@ -157,3 +157,46 @@ def check_child() -> None:
         msg = f"{failed.name}: {failed.message}" if failed is not None else report.summary()
     print(json.dumps({"passed": report.passed, "message": msg,
                       "tolerances": report.tolerances}))
+
+
+class SpecMetalCandidate:
+    """The spec's generated Metal kernel as a judge candidate for every dtype and shape: per
+    call, the source for the inputs' dtype with the Metal default config for their sizes
+    (porter.codegen.metal.default_config), built once per (dtype, config) and run on the CPU
+    executor. For `porter check --target m4`."""
+
+    def __init__(self, spec: Any, hw: HardwareModel) -> None:
+        import torch
+
+        from porter.codegen import generate
+
+        example = spec.make_inputs(tuple(spec.smoke_shape), spec.dtypes[0], torch.device("cpu"),
+                                   torch.Generator().manual_seed(0))
+        self.op = generate(spec.reference, tuple(example), name=spec.name)
+        self.hw = hw
+        self._built: dict[tuple[str, tuple[tuple[str, Any], ...]], Any] = {}
+        self.__name__ = f"metal:{spec.name}"
+
+    def config_for(self, inputs: tuple[Any, ...]) -> dict[str, Any]:
+        """The Metal config this call runs (dtype included)."""
+        import torch
+
+        from porter.codegen import metal
+        from targets.dtypes import dtype_name
+
+        first = next(t for t in inputs if isinstance(t, torch.Tensor) and t.is_floating_point())
+        extent = max(t.numel() for t in inputs if isinstance(t, torch.Tensor))
+        cfg = metal.default_config(self.op, self.op.problem_sizes(inputs),
+                                   int(self.hw.limits.max_threads_per_block.value),
+                                   int(self.hw.warp_size),
+                                   "i32" if 4 * extent < 2 ** 31 else "i64")
+        return {**cfg, "dtype": dtype_name(first.dtype)}
+
+    def __call__(self, *inputs: Any, out: Any) -> Any:
+        from targets.metal import MetalBackend
+
+        cfg = self.config_for(inputs)
+        key = (cfg["dtype"], tuple(sorted(cfg.items())))
+        if key not in self._built:
+            self._built[key] = MetalBackend().candidate(self.op.metal_source(cfg), self.hw)
+        return self._built[key](*inputs, out=out)

@@ -35,3 +35,13 @@ def test_a_source_that_does_not_build_is_a_verdict() -> None:
     src = _source({"threads": 128, "dtype": "fp32"}).replace("simd_sum", "simd_summ")
     res = emulated_check(SPEC, src, "m4", "fp32")
     assert not res["passed"] and "did not build for the executor" in res["message"]
+
+
+def test_porter_check_target_m4_runs_the_emulated_tier() -> None:
+    from click.testing import CliRunner
+
+    from porter.commands.check import check_cmd
+
+    res = CliRunner().invoke(check_cmd, [str(SPEC), "--target", "m4", "--dtype", "fp32"])
+    assert res.exit_code == 0, res.output
+    assert "CPU Metal executor" in res.output and "result    PASS (emulated tier)" in res.output
