@@ -27,6 +27,7 @@ from hwmodels.catalog import clear_cache
 from hwmodels.catalog import devices_dir
 from hwmodels.catalog import get
 from hwmodels.catalog import model_hash
+from hwmodels.catalog import Registry  # noqa: F401 - importable from here as before
 from hwmodels.catalog import registry
 from hwmodels.descriptor import descriptor
 from hwmodels.detect import Detection
@@ -35,7 +36,6 @@ from hwmodels.loader import DEVICES_DIR
 from hwmodels.loader import DEVICES_DIR_ENV
 from hwmodels.loader import BrokenDeviceError
 from hwmodels.loader import HardwareModelError
-from hwmodels.loader import Registry  # noqa: F401 - importable from here as before
 from hwmodels.loader import UnknownDeviceError
 from hwmodels.loader import load_file
 from hwmodels.model import DTYPES

@@ -18,7 +18,7 @@ import hwmodels
 from hwmodels import BrokenDeviceError
 from hwmodels import HardwareModelError
 from hwmodels import UnknownDeviceError
-from hwmodels.loader import Registry
+from hwmodels.catalog import Registry
 from porter.cli import main
 from porter.errors import PorterError
 

@@ -11,7 +11,7 @@ import yaml
 import hwmodels
 from hwmodels import HardwareModelError
 from hwmodels.loader import KNOWN_FEATURES
-from hwmodels.loader import Registry
+from hwmodels.catalog import Registry
 from hwmodels.model import DTYPES
 
 SHIPPED = sorted(hwmodels.DEVICES_DIR.glob("*.yaml"))
