@@ -54,6 +54,7 @@ from porter.llm.roles import ClaudeProfiler
 from porter.llm.roles import ClaudeSearch
 from porter.llm.roles import ClaudeWriter
 from porter.llm.roles import Session
+from porter.llm.roles import feedback
 from porter.llm.tools import ReplyError
 from porter.roles import artifacts as art
 from porter.roles.base import DebugRequest
@@ -264,6 +265,8 @@ class Agent:
         for fix in range(FIXES + 1):
             verdict = self._judge(ctx, source, sid)
             att.sources.append((sid, verdict, source))
+            if not verdict.passed:
+                self.session.state(ctx.target).last_failure = feedback(verdict.to_json(), source)
             if verdict.passed or fix == FIXES:
                 break
             t0 = time.monotonic()

@@ -48,6 +48,7 @@ class TargetState:
     sources: dict[str, str] = field(default_factory=dict)  # candidate id -> source
     notes: dict[str, str] = field(default_factory=dict)
     search_rounds: int = 0
+    last_failure: dict[str, Any] | None = None  # the judge's last rejection (a new round's Writer)
 
 
 class Session:
@@ -150,7 +151,10 @@ class ClaudeWriter:
             plan["strategy"] = f"{plan.get('strategy', '')} {hint}".strip()
         elif hint:
             plan = {"bound": "memory", "strategy": hint, "try_first": []}
-        data = self.session.ask("writer", ctx, plan=plan or None)
+        st = self.session.state(ctx.target)
+        # A later round with nothing kept yet shows the Writer the last rejection.
+        data = self.session.ask("writer", ctx, plan=plan or None,
+                                feedback=st.last_failure if st.best is None else None)
         return KernelSource(target=ctx.target, language=data["language"], source=data["source"],
                             config=dict(request.config), origin="generated",
                             bucket=request.bucket, dtype=request.dtype, note=data["notes"])
