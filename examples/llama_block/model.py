@@ -6,7 +6,8 @@ residual add, RMSNorm, a SiLU-and-multiply MLP, a residual add. A final RMSNorm 
 So the model holds the groups the porter is built for: residual add + RMSNorm (two outputs),
 SiLU-and-multiply, and the ones it cannot take (attention, the projections' plain matmuls).
 
-Sizes: `SIZES["toy"]` runs in seconds on a CPU (the CI flow under the Triton interpreter);
+Sizes: `SIZES["toy"]` runs in seconds on a CPU (the CI flow under the Triton interpreter;
+"toy_bf16" the same in bf16);
 `SIZES["realistic"]` is a Llama-2-7B-wide block stack (hidden 4096, MLP 11008, 32 heads) at a
 batch of 4 x 2048 tokens in bf16, for a GPU. `get_init_inputs(size)` / `get_inputs(size)` take
 the name; with no argument they use $LLAMA_BLOCK_SIZE, else "toy".
@@ -23,6 +24,8 @@ from torch import nn
 SIZES: dict[str, dict[str, object]] = {
     "toy": {"hidden": 64, "intermediate": 160, "heads": 4, "layers": 2, "batch": 2, "seq": 8,
             "dtype": torch.float32},
+    "toy_bf16": {"hidden": 64, "intermediate": 160, "heads": 4, "layers": 2, "batch": 2, "seq": 8,
+                 "dtype": torch.bfloat16},
     "realistic": {"hidden": 4096, "intermediate": 11008, "heads": 32, "layers": 2, "batch": 4,
                   "seq": 2048, "dtype": torch.bfloat16},
 }

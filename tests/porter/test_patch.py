@@ -177,3 +177,21 @@ def test_matmul_epilogue_group_ported_and_patched_with_2d_operands(tmp_path: Pat
     reshapes = [n for n in result.model.graph.nodes if n.op == "call_method"
                 and n.target == "reshape"]
     assert reshapes  # operands flattened to 2-D and the result shaped back
+
+
+def test_output_check_in_bf16_holds_the_patch_to_the_models_own_error() -> None:
+    torch.manual_seed(0)
+    model, inputs, _ = load_model(MODEL, size="toy_bf16")
+    assert inputs[0].dtype == torch.bfloat16
+
+    class Scaled(torch.nn.Module):
+        def __init__(self, k: float) -> None:
+            super().__init__()
+            self.k = k
+
+        def forward(self, x):
+            return model(x) * self.k
+
+    same = _check(model, model, inputs)
+    assert same.passed and "fp32 run of the model" in same.tolerance
+    assert not _check(model, Scaled(1.05), inputs).passed  # 5% off: far beyond bf16 roundings
