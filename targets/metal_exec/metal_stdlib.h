@@ -27,7 +27,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
+#include <csignal>
+#include <signal.h>
+#include <sys/mman.h>
 #include <ucontext.h>
+#include <unistd.h>
 #include <vector>
 
 typedef unsigned int uint;
@@ -721,9 +725,76 @@ void simdgroup_multiply(simdgroup_matrix<T, M, N>& d, const simdgroup_matrix<T, 
 // the dispatch: threadgroups one after another, each threadgroup's threads as fibers
 namespace porter_rt {
 
-inline std::vector<unsigned char>& stack_pool() {
-    static thread_local std::vector<unsigned char> pool;
+// One stack per thread of the largest threadgroup so far, each with an inaccessible guard page
+// below it: a kernel that overflows its stack (huge local arrays) stops with SIGSEGV instead of
+// silently overwriting the stack of the thread next to it.
+struct StackPool {
+    unsigned char* base = nullptr;
+    size_t slots = 0;
+    static size_t page() { return (size_t)sysconf(_SC_PAGESIZE); }
+    static size_t slot_bytes() { return STACK_BYTES + page(); }
+    unsigned char* stack(size_t i) const { return base + i * slot_bytes() + page(); }
+    bool reserve(size_t n) {
+        if (n <= slots) return true;
+        if (base) munmap(base, slots * slot_bytes());
+        void* p = mmap(nullptr, n * slot_bytes(), PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (p == MAP_FAILED) { base = nullptr; slots = 0; return false; }
+        base = (unsigned char*)p;
+        slots = n;
+        for (size_t i = 0; i < n; ++i) mprotect(base + i * slot_bytes(), page(), PROT_NONE);
+        return true;
+    }
+};
+
+inline StackPool& stack_pool() {
+    static thread_local StackPool pool;
     return pool;
+}
+
+// A fault in a guard page is named on stderr before the handler that was there before (Python's
+// faulthandler, or the default action) takes the signal: the process still ends with SIGSEGV.
+inline struct sigaction& saved_segv() {
+    static struct sigaction s;
+    return s;
+}
+
+inline void on_segv(int, siginfo_t* info, void*) {
+    const StackPool& p = stack_pool();
+    uintptr_t a = (uintptr_t)info->si_addr, b = (uintptr_t)p.base;
+    if (p.base && a >= b && a < b + p.slots * StackPool::slot_bytes() &&
+        (a - b) % StackPool::slot_bytes() < StackPool::page()) {
+        static const char msg[] = "porter Metal executor: a kernel thread overflowed its 128 KiB "
+                                  "stack (local arrays too large for the CPU executor)\n";
+        ssize_t ignored = write(2, msg, sizeof msg - 1);
+        (void)ignored;
+    }
+    sigaction(SIGSEGV, &saved_segv(), nullptr);  // returning re-faults into the previous handler
+}
+
+inline void guard_stack_faults() {
+    static bool installed = false;
+    if (!installed) {
+        installed = true;
+        struct sigaction sa;
+        std::memset(&sa, 0, sizeof sa);
+        sa.sa_sigaction = on_segv;
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK;
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGSEGV, &sa, &saved_segv());
+    }
+    static thread_local bool alt = false;
+    if (!alt) {  // a handler needs a stack of its own when the fault is a stack overflow
+        alt = true;
+        stack_t old;
+        if (sigaltstack(nullptr, &old) == 0 && (old.ss_flags & SS_DISABLE)) {
+            stack_t ss;
+            ss.ss_size = 64 * 1024;
+            ss.ss_sp = std::malloc(ss.ss_size);
+            ss.ss_flags = 0;
+            if (ss.ss_sp) sigaltstack(&ss, nullptr);
+        }
+    }
 }
 
 inline void fiber_main() {
@@ -762,7 +833,7 @@ inline int run_group(Group& g) {
     Thread* th = g.threads.data();
     const uint32_t n = g.n;
     const uint32_t nsg = (n + SIMD_WIDTH - 1) / SIMD_WIDTH;
-    unsigned char* stacks = stack_pool().data();
+    const StackPool& stacks = stack_pool();
     for (uint32_t i = 0; i < n; ++i) {
         Thread& t = th[i];
         t.tid = i;
@@ -770,7 +841,7 @@ inline int run_group(Group& g) {
         t.pos[1] = (i / g.tpt[0]) % g.tpt[1];
         t.pos[2] = i / (g.tpt[0] * g.tpt[1]);
         t.st = RUNNABLE;
-        init_ctx(&t.ctx, stacks + size_t(i) * STACK_BYTES, STACK_BYTES, fiber_main);
+        init_ctx(&t.ctx, stacks.stack(i), STACK_BYTES, fiber_main);
     }
     g.epoch = 1;
     g.sepoch.assign(nsg, 1);
@@ -874,8 +945,11 @@ int launch(const uint32_t* ngroups, const uint32_t* tpt, long long tg_limit, cha
                       tpt[0], tpt[1], tpt[2], g.n);
         return 1;
     }
-    size_t need = size_t(g.n) * STACK_BYTES;
-    if (stack_pool().size() < need) stack_pool().resize(need);
+    guard_stack_faults();
+    if (!stack_pool().reserve(g.n)) {
+        std::snprintf(err, errlen, "could not map stacks for %u threads", g.n);
+        return 1;
+    }
     g.threads.resize(g.n);
     g.tg_limit = tg_limit > 0 ? size_t(tg_limit) : 0;
     g.fn = (void*)&f;

@@ -6,6 +6,9 @@ the hash of its C++ text, under $PORTER_METAL_CACHE or a per-user temp folder).
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -394,3 +397,30 @@ def metal_kernel_name(src: str) -> str:
     import re
 
     return re.search(r"kernel void (\w+)\(", src).group(1)
+
+
+def test_stack_overflow_is_named_not_silent(tmp_path) -> None:
+    # Each fiber's stack has a guard page: overflowing it ends the process with SIGSEGV and a
+    # message, never by overwriting the neighbouring thread's stack. In a child process.
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "overflow.py"
+    script.write_text(
+        "import torch\n"
+        "from targets.metal_exec import MetalProgram\n"
+        "src = '''#include <metal_stdlib>\n"
+        "using namespace metal;\n"
+        "kernel void k(device float* out [[buffer(0)]], uint tid [[thread_position_in_threadgroup]]) {\n"
+        "    volatile float big[65536];\n"
+        "    for (int i = 0; i < 65536; ++i) big[i] = i;\n"
+        "    out[tid] = big[tid * 7];\n"
+        "}'''\n"
+        "MetalProgram(src).launch('k', [torch.zeros(64)], threadgroups=(1,), threads=(64,))\n")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          cwd=root, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": str(root)})
+    assert proc.returncode == -signal.SIGSEGV, proc.stderr[-2000:]
+    assert "overflowed its 128 KiB stack" in proc.stderr
