@@ -123,6 +123,7 @@ def port(
     verbose: bool = False,
     replace_pack: bool = False,
     team: Team | None = None,
+    allow_generated: bool = True,
 ) -> PortResult:
     """Port one op to every target and write its pack.
 
@@ -151,6 +152,8 @@ def port(
         replace_pack: replace an existing pack of the op wholesale instead of merging into it
             (`porter.pack.write_pack`'s `replace`; named so it does not hide dataclasses.replace).
         team: who plays each role (`porter.roles.Team`); default the offline rules team.
+        allow_generated: False: where the spec names a kernel, only that kernel is a candidate
+            (the generated one is not tried, so it never stands in; `porter.user_report`).
 
     Returns:
         A `PortResult` (its `pack_path` is set when a pack was written: with the targets that
@@ -213,6 +216,7 @@ def port(
                            max_checks=max_checks, progress=say, units=units,
                            exhaustive=exhaustive, time_budget_s=time_budget_s,
                            deadline_s=deadline_s, verbose=verbose)
+        session.allow_generated = allow_generated  # read by the Search role
         say(f"{spec.name}: family {getattr(session.gen_op, 'family', '?')}; "
             f"{'measuring on ' + session.local if session.local else 'no GPU here: ' + session.detect_reason}")
         say(session.budget_text())

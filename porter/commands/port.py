@@ -39,12 +39,17 @@ DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
 @click.option("--replace", is_flag=True,
               help="Replace an existing pack of the op wholesale (default: merge these targets "
                    "into it, keeping the others).")
+@click.option("--allow-generated/--no-allow-generated", default=True, show_default=True,
+              help="Where the spec names its own kernel (TRITON_KERNEL): may the porter's "
+                   "generated kernel stand in (and win where faster)? With --no-allow-generated "
+                   "only the user's kernel is tried. Either way the exit status is 4 when the "
+                   "user's kernel cannot run on a target it was offered to.")
 @click.option("-v", "--verbose", is_flag=True,
               help="One line per candidate (else one per shape and dtype); log at INFO level.")
 def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_variants: int | None,
              exhaustive: bool, time_budget_s: float | None, deadline_s: float | None,
              max_checks: int | None, store_path: str | None, no_resume: bool,
-             verbose: bool, replace: bool) -> None:
+             verbose: bool, replace: bool, allow_generated: bool) -> None:
     """Port SPEC (an op spec or a KernelBench file) to every target and write its kernel pack."""
     from tabulate import tabulate
 
@@ -63,7 +68,7 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
                       max_variants=max_variants, max_checks=max_checks, store_path=store_path,
                       progress=lambda line: click.echo(line), exhaustive=exhaustive,
                       time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
-                      replace_pack=replace)
+                      replace_pack=replace, allow_generated=allow_generated)
     except PorterError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
@@ -104,6 +109,16 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
         click.echo(f"library warnings during the port: {result.warnings_file}")
     if result.pack_path is not None:
         click.echo(f"pack: {result.pack_path}")
+    from porter import user_report
+
+    users = user_report.statuses(result)
+    if users:  # the spec's own kernel: shipped, retuned and generated side by side
+        click.echo("\nthe user's kernel (TRITON_KERNEL), per target and unit:")
+        click.echo(tabulate(user_report.table(users), headers=[
+            "target", "unit", "as shipped", "retuned", "generated", "pack keeps"],
+            maxcolwidths=[None, None, 34, 44, 34, None]))
+        for line in user_report.lines(users, allow_generated=allow_generated):
+            click.echo(f"  - {line}")
     if result.missing:
         # exit 1: the port ran, but some target got no kernel (the pack, if written, holds
         # only the targets that did)
@@ -113,3 +128,7 @@ def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_var
                 click.echo(f"  {line}", err=True)
         click.echo(f"details per candidate: {result.run_dir / 'ledger.jsonl'}", err=True)
         sys.exit(1)
+    if user_report.failed(users):
+        names = ", ".join(s.target for s in user_report.failed(users))
+        click.echo(f"the user's kernel cannot run on {names} (see above)", err=True)
+        sys.exit(user_report.USER_KERNEL_FAILED_EXIT)

@@ -136,7 +136,9 @@ class HarnessBenchmark:
             return ""
         # fastest-projected first; one that cannot beat the kept is not checked
         tol = ""
-        pending.sort(key=lambda p: p.numbers.get("time_ms", float("inf")))
+        # on a tie the user's kernel (the port's subject) goes first and is kept
+        pending.sort(key=lambda p: (p.numbers.get("time_ms", float("inf")),
+                                    p.cand.config.get("origin") != "existing"))
         for p in pending:
             kept = session.ledger.kept(hw.name, bucket, dname)
             if (kept is not None and tier_rank(kept.tier) >= tier_rank(Tier.INTERPRETED)
