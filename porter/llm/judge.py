@@ -158,7 +158,11 @@ def judge(spec_path: str | Path, source: str, hw: Any, folder: str | Path, *,
                       numbers=res.last("numbers") or {})
     if launches and not on_device:
         verdict = _compiled(verdict, file, launches, hw)
-    return Verdict(**{**asdict(verdict), "seconds": time.monotonic() - t0})
+    # The run folder's path is no part of a verdict (a replay judges in another folder, and the
+    # message goes into the Debugger's prompt).
+    message = verdict.message.replace(str(folder.resolve()), "<candidates>").replace(
+        str(folder), "<candidates>")
+    return Verdict(**{**asdict(verdict), "message": message, "seconds": time.monotonic() - t0})
 
 
 def _metal(spec_path: str | Path, source: str, hw: Any, t0: float) -> Verdict:

@@ -145,7 +145,8 @@ def test_uncovered_op_ports_to_h100_and_mi300x_and_replays_offline(
                 (packs / "cumsum_t" / bucket["file"]).read_bytes()
 
 
-def test_compile_failure_is_fixed_by_the_debugger(tmp_path: Path) -> None:
+def test_compile_failure_is_fixed_by_the_debugger_and_replays(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     script = Script({"plan": [PLAN], "write_kernel": [write("nocompile")],
                      "diagnose": [diagnose("compile", "good", "tl.arange needs constexpr bounds: "
                                            "a BLOCK_N constexpr and a mask")]})
@@ -168,6 +169,12 @@ def test_compile_failure_is_fixed_by_the_debugger(tmp_path: Path) -> None:
     (diag,) = report.diagnoses
     assert diag.fixed and diag.kind == "compile error" and diag.classification == "compile"
     assert result.summary["targets"]["h100"]["kept"] == "r1c1-fix"
+
+    # the Debugger's request carries the judge's words: the replay (new run folder, new random
+    # inputs) must make the same request
+    _no_network(monkeypatch)
+    replay_run, _ = _replay(SPEC, ["h100"], run, tmp_path)
+    _same_run(run, replay_run, ["h100"])
 
 
 def test_wrong_cheating_and_crashing_kernels_are_rejected_and_the_run_goes_on(
