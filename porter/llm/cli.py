@@ -51,6 +51,10 @@ def agent_port(spec: str | None, targets: list[str], out_dir: str, run_dir: Path
     except PorterError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted: the exchanges so far are in {run_dir / 'llm'}, the verdicts "
+                   f"in {run_dir / 'ledger.jsonl'}", err=True)
+        return 130
     summary = result.summary
     for target, info in summary["targets"].items():
         click.echo(f"{target}: {info['tier']} ({info['kept'] or 'no kernel'}); stopped: "
