@@ -42,7 +42,8 @@ MODEL = REPO / "examples" / "llama_block" / "model.py"
 
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m bench.model_e2e", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m bench.model_e2e",
+                                 description=__doc__.split("\n\n")[0])
     ap.add_argument("--size", default=None, help="example model size (default realistic; "
                     "toy with --dry-run)")
     ap.add_argument("--top", type=int, default=3, help="groups to port (default 3)")
@@ -213,7 +214,7 @@ def _report(prof: dict[str, Any], result: Any, timings: dict[str, Any] | None, h
 
     v = {k: val for k, val in env_info.versions().items() if val is not None}
     lines = [f"# Example model end to end on {prof['device']} ({hw.name})", "",
-             f"{dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC; `python -m bench.model_e2e"
+             f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC; `python -m bench.model_e2e"
              f"{' --dry-run' if args.dry_run else ''}` (code {env_info.git_rev(REPO) or '?'}); "
              + ", ".join(f"{k} {val}" for k, val in v.items()), "",
              f"Model: `examples/llama_block/model.py` size {size}, input "
@@ -223,7 +224,8 @@ def _report(prof: dict[str, Any], result: Any, timings: dict[str, Any] | None, h
                   "timed (a CPU cannot judge GPU kernels). Shares are projected for "
                   f"{hw.name}.", ""]
     lines += ["## Ranking (porter profile)", "", f"Basis: {prof.get('basis', '')}.", "",
-              "| group | places | share f | est. s | predicted end to end |", "|---|---|---|---|---|"]
+              "| group | places | share f | est. s | predicted end to end |",
+              "|---|---|---|---|---|"]
     for g in prof["groups"]:
         lines.append(f"| {g['pack_name']} | {len(g['instances'])} | {100 * g['share']:.1f}% | "
                      f"{g['speedup']:.2f}x ({g['ours_label']}) | {g['gain']:.3f}x |")

@@ -109,7 +109,8 @@ def load_model(path: str | os.PathLike[str], *, size: str | None = None,
     except ModelLoadError:
         raise
     except Exception as exc:  # noqa: BLE001 - the user's model code, reported in one line
-        raise ModelLoadError(f"{p}: building the model failed: {type(exc).__name__}: {exc}") from None
+        raise ModelLoadError(f"{p}: building the model failed: {type(exc).__name__}: "
+                             f"{exc}") from None
     if dtype is None:
         dtype = next((t.dtype for t in inputs if isinstance(t, torch.Tensor)
                       and t.is_floating_point()), torch.float32)
@@ -120,7 +121,8 @@ def load_model(path: str | os.PathLike[str], *, size: str | None = None,
 
 
 def build_hf(arch: str, *, size: str = "toy", device: str = "cpu",
-             dtype: torch.dtype | None = None) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
+             dtype: torch.dtype | None = None,
+             ) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
     """A Hugging Face causal LM built from its config with random weights (nothing downloaded).
 
     Raises:
@@ -251,7 +253,10 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
     except ModelTraceError as exc:
         traced = None
         notes.append(f"{exc}; ops are listed, but no groups can be formed")
-    runner = (lambda: _Annotated(traced.module).run(*inputs)) if traced else (lambda: model(*inputs))
+    if traced is not None:
+        runner = lambda: _Annotated(traced.module).run(*inputs)  # noqa: E731
+    else:
+        runner = lambda: model(*inputs)  # noqa: E731
     acts = [torch.profiler.ProfilerActivity.CPU]
     if on_gpu:
         acts.append(torch.profiler.ProfilerActivity.CUDA)
@@ -304,8 +309,8 @@ def _op_table(prof: Any, on_gpu: bool, steps: int) -> list[dict[str, Any]]:
         us = _device_us(evt, on_gpu, self_only=True)
         if us <= 0:
             continue
-        rows_.append({"op": evt.key, "shapes": str(evt.input_shapes)[:120], "calls": evt.count // steps,
-                      "ms": us / 1e3 / steps})
+        rows_.append({"op": evt.key, "shapes": str(evt.input_shapes)[:120],
+                      "calls": evt.count // steps, "ms": us / 1e3 / steps})
     total = sum(r["ms"] for r in rows_) or 1.0
     for r in rows_:
         r["share"] = r["ms"] / total
@@ -425,10 +430,11 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
             "code": g.code, "ops": g.ops, "instances": [], "eager_ms": 0.0, "ours_ms": 0.0,
             "ours_label": ours_label})
         unfused, fused = group_bytes(g)
+        shapes = g.input_shapes()
         e["instances"].append({"index": g.index, "nodes": [n.name for n in g.nodes],
                                "inputs": [{"name": i.name, "shape": list(shape),
                                            "dtype": _meta_d(i)["dtype"]}
-                                          for i, shape in zip(g.inputs, g.input_shapes())],
+                                          for i, shape in zip(g.inputs, shapes, strict=True)],
                                "outputs": [_meta_d(o) for o in g.outputs],
                                "eager_ms": eager[g.index], "ours_ms": ours,
                                "bytes_unfused": unfused, "bytes_fused": fused})
@@ -542,7 +548,8 @@ def read_profile(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"{p}: not a profile written by `porter profile --out` ({exc})") from None
+        raise ModelLoadError(f"{p}: not a profile written by `porter profile --out` "
+                             f"({exc})") from None
     if not isinstance(data, dict) or data.get("format") != PROFILE_FORMAT or "groups" not in data:
         raise ModelLoadError(f"{p}: not a profile written by `porter profile --out` "
                              f"(format {PROFILE_FORMAT})")

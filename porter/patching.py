@@ -92,7 +92,8 @@ class PatchResult:
         for r in self.replacements:
             t = ""
             if r.ours_ms is not None and r.compiled_ms is not None:
-                t = f" (ours {r.ours_ms * 1e3:.1f} us vs torch.compile {r.compiled_ms * 1e3:.1f} us)"
+                t = (f" (ours {r.ours_ms * 1e3:.1f} us vs torch.compile "
+                     f"{r.compiled_ms * 1e3:.1f} us)")
             lines.append(f"{r.status:9s} {r.pack_name} x{r.places}{t}: {r.reason}")
         if self.check is not None:
             verdict = "matches" if self.check.passed else "DIFFERS from"
@@ -169,7 +170,7 @@ def _judge_against_compile(g: Group, op: Any, hw: Any) -> tuple[float, float]:
     dev = torch.device("cuda")
 
     def make_args() -> tuple[torch.Tensor, ...]:
-        return tuple(torch.randn(*s, device=dev).to(d) for s, d in zip(shapes, dtypes))
+        return tuple(torch.randn(*s, device=dev).to(d) for s, d in zip(shapes, dtypes, strict=True))
 
     cmp_ = timing.compare({"ours": op, "compiled": ref}, make_args, hw=hw, reps=30, warmup=5)
     return cmp_.timings["ours"].median_ms, cmp_.timings["compiled"].median_ms
@@ -413,7 +414,7 @@ def _check(model: torch.nn.Module, patched: torch.nn.Module,
             del up
     worst, ok = 0.0, len(want) == len(got)
     texts: list[str] = []
-    for k, (w, g) in enumerate(zip(want, got)):
+    for k, (w, g) in enumerate(zip(want, got, strict=False)):  # lengths: checked
         tol = tolerance(w.dtype)
         diff = (g.double() - w.double()).abs()
         worst = max(worst, float(diff.max()) if diff.numel() else 0.0)

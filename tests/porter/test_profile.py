@@ -1,4 +1,4 @@
-"""`porter profile`: the example model's fused groups, the Amdahl ranking, the CLI's one-line errors."""
+"""`porter profile`: the example model's fused groups, the Amdahl ranking, one-line errors."""
 
 from __future__ import annotations
 
