@@ -153,3 +153,32 @@ def test_hf_llama_is_captured_by_dynamo_and_grouped() -> None:
     labels = {g["label"] for g in prof["groups"]}
     assert {"add_rmsnorm", "rmsnorm", "silu_mul"} <= labels
     assert "scaled_dot_product_attention" in {e["op"] for e in prof["not_portable"]}
+
+
+def test_a_measured_pack_replaces_the_projected_speedup(toy, tmp_path: Path) -> None:
+    import yaml
+
+    model, inputs, source = toy
+    prof = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0)
+    top = prof["groups"][0]
+    first = top["instances"][0]["inputs"][0]
+    from porter.pack import shape_bucket
+
+    pack = tmp_path / top["pack_name"]
+    pack.mkdir()
+    numbers = {"time_ms": top["instances"][0]["eager_ms"] / 2, "label": "measured"}
+    (pack / "manifest.yaml").write_text(yaml.safe_dump({"entries": [{"target": "h100", "buckets": [
+        {"bucket": shape_bucket(first["shape"]), "dtype": "fp32", "numbers": numbers}]}]}))
+    again = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0,
+                          packs=tmp_path)
+    g = next(g for g in again["groups"] if g["pack_name"] == top["pack_name"])
+    assert g["ours_label"] == "measured pack"
+    assert g["speedup"] == pytest.approx(2.0)  # every place measured at half its eager time
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+def test_device_cuda_without_gpu_is_one_line() -> None:
+    from porter.commands.profile import profile_cmd
+
+    res = CliRunner().invoke(profile_cmd, [str(MODEL), "--device", "cuda"])
+    assert res.exit_code == 2 and "no GPU" in res.output and res.output.count("\n") == 1
