@@ -180,6 +180,13 @@ struct Shadow {
     uint32_t pend_epoch;
 };
 
+// Who last wrote each byte of a writable device buffer in this dispatch: threadgroup (linear,
+// 32 bits), thread (12 bits), barrier interval (19 bits), and a valid bit; 0 = not written.
+struct DevShadow {
+    uint64_t* s = nullptr;
+    long long nbytes = 0;
+};
+
 struct Pending {
     Shadow* s;
     const char* name;
@@ -196,6 +203,7 @@ struct Group {
     std::vector<uint32_t> sepoch;  // per SIMD-group
     std::vector<TgAlloc> allocs;
     std::vector<Pending> pending;  // reads of never-written threadgroup memory, not yet judged
+    std::vector<struct DevShadow> dev_shadows;  // per writable buffer, for the whole dispatch
     size_t tg_bytes, tg_limit;
     Thread* cur;
     bool failed;
@@ -350,6 +358,71 @@ tg_array<T, N> tg_decl(int site, const char* name) {
 }
 
 // -- device memory ---------------------------------------------------------------------------
+inline DevShadow* dev_shadow(size_t index, long long nbytes) {
+    Group* g = current();
+    if (g->dev_shadows.size() <= index) g->dev_shadows.resize(index + 1);
+    DevShadow& d = g->dev_shadows[index];
+    if (d.s == nullptr && nbytes > 0) {
+        d.s = (uint64_t*)std::calloc(size_t(nbytes), sizeof(uint64_t));
+        d.nbytes = d.s ? nbytes : 0;
+    }
+    return &d;
+}
+
+// An element of a writable device buffer: reads and writes are checked against the other
+// threads of the dispatch. Two threadgroups touching one element (one writing) is a race, as
+// threadgroups are not ordered; two threads of one threadgroup, one writing, with no barrier
+// between, too.
+template <class T>
+struct dev_ref {
+    T* p;
+    DevShadow* sh;
+    long long byte;
+    const char* name;
+
+    void note(bool write) const {
+        if (sh == nullptr || sh->s == nullptr) return;
+        Group* g = current();
+        Thread* t = g->cur;
+        uint64_t tg = g->tg_pos[0] + uint64_t(g->ngroups[0]) *
+                      (g->tg_pos[1] + uint64_t(g->ngroups[1]) * g->tg_pos[2]);
+        uint64_t ep = g->epoch & 0x7FFFFu;
+        uint64_t stamp = (tg << 32) | (uint64_t(t->tid & 0xFFFu) << 20) | (ep << 1) | 1u;
+        for (long long b = byte; b < byte + (long long)sizeof(T); ++b) {
+            if (b < 0 || b >= sh->nbytes) continue;
+            uint64_t prev = sh->s[b];
+            if (prev != 0 && prev != stamp) {
+                uint64_t ptg = prev >> 32, ptid = (prev >> 20) & 0xFFFu, pep = (prev >> 1) & 0x7FFFFu;
+                if (ptg != tg)
+                    fail("device buffer %s byte %lld: %s by threadgroup %llu after threadgroup "
+                         "%llu wrote it in the same dispatch (threadgroups are not ordered: "
+                         "overlapping tiles, or an index past the threadgroup's own range)",
+                         name, b, write ? "written" : "read", (unsigned long long)tg,
+                         (unsigned long long)ptg);
+                if (ptid != t->tid && pep == ep)
+                    fail("device buffer %s byte %lld: %s by thread %u after thread %llu wrote it "
+                         "with no threadgroup_barrier between (race)", name, b,
+                         write ? "written" : "read", t->tid, (unsigned long long)ptid);
+            }
+            if (write) sh->s[b] = stamp;
+        }
+    }
+    operator T() const {
+        note(false);
+        return *p;
+    }
+    const dev_ref& operator=(T v) const {  // by value: a volatile or a proxy source converts
+        note(true);
+        *p = v;
+        return *this;
+    }
+    const dev_ref& operator=(const dev_ref& o) const { return *this = T(o); }
+    template <class U> const dev_ref& operator+=(const U& v) const { return *this = T(T(*this) + v); }
+    template <class U> const dev_ref& operator-=(const U& v) const { return *this = T(T(*this) - v); }
+    template <class U> const dev_ref& operator*=(const U& v) const { return *this = T(T(*this) * v); }
+    template <class U> const dev_ref& operator/=(const U& v) const { return *this = T(T(*this) / v); }
+};
+
 template <class T>
 struct dev_ptr {
     T* base;
@@ -357,13 +430,17 @@ struct dev_ptr {
     long long off;
     const char* name;
     long long misaligned;  // byte offset of a misaligned vector view (-1: aligned)
-    dev_ptr() : base(nullptr), n(0), off(0), name("?"), misaligned(-1) {}
-    dev_ptr(T* b, long long count, const char* nm, long long o = 0, long long mis = -1)
-        : base(b), n(count), off(o), name(nm), misaligned(mis) {}
+    DevShadow* sh;  // writable buffers: who wrote what (nullptr: not tracked)
+    long long sh_base;  // byte offset of `base` in the buffer the shadow covers
+    dev_ptr() : base(nullptr), n(0), off(0), name("?"), misaligned(-1), sh(nullptr), sh_base(0) {}
+    dev_ptr(T* b, long long count, const char* nm, long long o = 0, long long mis = -1,
+            DevShadow* shadow = nullptr, long long shadow_base = 0)
+        : base(b), n(count), off(o), name(nm), misaligned(mis), sh(shadow), sh_base(shadow_base) {}
     template <class U, class = typename std::enable_if<std::is_same<const U, T>::value>::type>
     dev_ptr(const dev_ptr<U>& o)  // T* -> const T*
-        : base(o.base), n(o.n), off(o.off), name(o.name), misaligned(o.misaligned) {}
-    template <class I> T& operator[](I i) const {
+        : base(o.base), n(o.n), off(o.off), name(o.name), misaligned(o.misaligned), sh(o.sh),
+          sh_base(o.sh_base) {}
+    template <class I> long long at(I i) const {
         long long k = off + (long long)i;
         if (misaligned >= 0)
             fail("device buffer %s accessed as a %zu-byte type at byte offset %lld: misaligned "
@@ -372,11 +449,21 @@ struct dev_ptr {
         if (k < 0 || k >= n)
             fail("device buffer %s read or written at element %lld: out of bounds (it holds %lld)",
                  name, k, n);
-        return base[k];
+        return k;
     }
-    T& operator*() const { return (*this)[0]; }
-    template <class I> dev_ptr operator+(I i) const { return dev_ptr(base, n, name, off + (long long)i, misaligned); }
-    template <class I> dev_ptr operator-(I i) const { return dev_ptr(base, n, name, off - (long long)i, misaligned); }
+    template <class I> decltype(auto) operator[](I i) const {
+        long long k = at(i);
+        if constexpr (std::is_const<T>::value) {
+            return (base[k]);
+        } else {
+            return dev_ref<T>{&base[k], sh, sh_base + k * (long long)sizeof(T), name};
+        }
+    }
+    decltype(auto) operator*() const { return (*this)[0]; }
+    template <class I> dev_ptr operator+(I i) const {
+        return dev_ptr(base, n, name, off + (long long)i, misaligned, sh, sh_base); }
+    template <class I> dev_ptr operator-(I i) const {
+        return dev_ptr(base, n, name, off - (long long)i, misaligned, sh, sh_base); }
     template <class I> dev_ptr& operator+=(I i) { off += (long long)i; return *this; }
 };
 
@@ -389,7 +476,8 @@ dev_ptr<U> dev_cast(const dev_ptr<T>& p) {
     long long total = p.n * (long long)sizeof(T);
     long long remaining = byte_off >= 0 ? (total - byte_off) / (long long)sizeof(U) : 0;
     bool bad = addr % alignof(U) != 0 || p.misaligned >= 0;
-    return dev_ptr<U>((U*)addr, remaining < 0 ? 0 : remaining, p.name, 0, bad ? byte_off : -1);
+    return dev_ptr<U>((U*)addr, remaining < 0 ? 0 : remaining, p.name, 0, bad ? byte_off : -1,
+                      p.sh, p.sh_base + byte_off);
 }
 
 // -- collectives -----------------------------------------------------------------------------
@@ -970,6 +1058,8 @@ int launch(const uint32_t* ngroups, const uint32_t* tpt, long long tg_limit, cha
                 for (auto& a : g.allocs) { std::free(a.data); std::free(a.shadow); }
                 g.allocs.clear();
             }
+    for (auto& d : g.dev_shadows) std::free(d.s);
+    g.dev_shadows.clear();
     current() = saved;
     if (rc) std::snprintf(err, errlen, "%s", g.err);
     return rc;

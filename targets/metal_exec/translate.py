@@ -244,8 +244,10 @@ def _entry(k: KernelSig) -> str:
             args.append(f"porter_rt::attr_as<{p.type}>::get(porter_rt::{enum}, t)")
         elif p.pointer:
             t = ("const " if p.const else "") + p.type
+            shadow = ("" if p.const else
+                      f", 0, -1, porter_rt::dev_shadow({p.index}, nbytes[{p.index}])")
             args.append(f"porter_rt::dev_ptr<{t}>(({t}*)bufs[{p.index}], "
-                        f"nbytes[{p.index}] / (long long)sizeof({t}), \"{p.name}\")")
+                        f"nbytes[{p.index}] / (long long)sizeof({t}), \"{p.name}\"{shadow})")
         else:
             args.append(f"*(const {p.type}*)bufs[{p.index}]")
     call = f"{k.name}(" + ", ".join(args) + ");"

@@ -125,6 +125,25 @@ kernel void oob_device(
     out[gid] = x[gid + 1];
 }
 
+kernel void tile_overlap(
+    device float* out [[buffer(0)]],
+    uint tg [[threadgroup_position_in_grid]],
+    uint tid [[thread_position_in_threadgroup]])
+{
+    out[tg * 32 + tid] = float(tid);
+    if (tid == 0) out[tg * 32 + 32] = 0.0f;  // one past its own tile: the next tile's first
+}
+
+kernel void same_element(
+    device float* out [[buffer(0)]],
+    constant long& with_barrier [[buffer(1)]],
+    uint tid [[thread_position_in_threadgroup]])
+{
+    if (tid == 5) out[0] = 5.0f;
+    if (with_barrier) threadgroup_barrier(mem_flags::mem_device);
+    if (tid == 0) out[0] = out[0] + 1.0f;
+}
+
 kernel void vec4_copy(
     device const half* x [[buffer(0)]],
     device half* out [[buffer(1)]],
@@ -229,6 +248,22 @@ def test_device_out_of_bounds(prog: MetalProgram) -> None:
     x, out = torch.randn(64), torch.zeros(64)
     with pytest.raises(MetalExecError, match="device buffer x .* element 64: out of bounds"):
         prog.launch("oob_device", [x, out], threadgroups=(2,), threads=(32,))
+
+
+def test_two_threadgroups_writing_one_element_is_a_race(prog: MetalProgram) -> None:
+    out = torch.zeros(96)
+    with pytest.raises(MetalExecError, match=r"device buffer out byte 128: written by threadgroup "
+                                             r"1 after threadgroup 0 wrote it"):
+        prog.launch("tile_overlap", [out], threadgroups=(2,), threads=(32,))
+
+
+def test_device_writes_within_a_threadgroup_need_a_barrier(prog: MetalProgram) -> None:
+    out = torch.zeros(4)
+    with pytest.raises(MetalExecError, match="read by thread 0 after thread 5 wrote it with no "
+                                             "threadgroup_barrier"):
+        prog.launch("same_element", [out, 0], threadgroups=(1,), threads=(32,))
+    prog.launch("same_element", [out, 1], threadgroups=(1,), threads=(32,))
+    assert out[0] == 6.0
 
 
 def test_vector_loads_and_alignment(prog: MetalProgram) -> None:
