@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import os
 import subprocess
 import sys
@@ -100,7 +101,15 @@ def main(argv: list[str] | None = None) -> int:
 
     packs = Path(args.packs) if args.packs else work / "packs"
     if args.packs is None:
+        # A second run (after --port-only) ports what the first chose, even where a close
+        # ranking came out in another order this time.
+        chosen = work / "chosen.json"
         wanted = [g["pack_name"] for g in prof["groups"][:args.top]]
+        if chosen.is_file():
+            before = json.loads(chosen.read_text())
+            if before.get("top") == args.top:
+                wanted = before["packs"]
+        chosen.write_text(json.dumps({"top": args.top, "packs": wanted}) + "\n")
         have = [n for n in wanted if (packs / n / "manifest.yaml").is_file()]
         if have != wanted:
             rc = _port(prof_path, args.top, hw.name, packs, work / "port", dry_run=args.dry_run)
