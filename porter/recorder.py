@@ -231,6 +231,40 @@ def _bind(fn: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[dict[
     return bound, options
 
 
+def _fp32_scalar(value: float) -> Any:
+    """A float argument as the compiled kernel sees it: an fp32 scalar tensor. Triton 3.9's
+    interpreter passes floats through as Python floats, so a kernel calling ``eps.to(...)``
+    (Liger's RMSNorm) fails there although it compiles and runs on every GPU."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+
+    return tl.tensor(TensorHandle(np.array([value], dtype=np.float32), tl.float32), tl.float32)
+
+
+@contextlib.contextmanager
+def _libdevice_shim(fn: Any) -> Iterator[None]:
+    """Under the interpreter, a kernel's global libdevice functions (``from
+    triton.language.extra.libdevice import rsqrt``) that Triton 3.9's interpreter does not
+    implement (they return None) are replaced by ``tl.math``'s function of the same name for
+    the launch; the compiled kernel keeps libdevice."""
+    import triton.language as tl
+
+    scope = getattr(getattr(fn, "fn", fn), "__globals__", {})
+    swapped = {}
+    for name, value in list(scope.items()):
+        module = getattr(value, "__module__", "") or ""
+        fname = getattr(value, "__name__", name)
+        if "libdevice" in module and hasattr(tl.math, fname):
+            swapped[name] = value
+            # looked up at call time: the interpreter patches tl.math when the launch starts
+            scope[name] = lambda *a, _f=fname, **k: getattr(tl.math, _f)(*a, **k)
+    try:
+        yield
+    finally:
+        scope.update(swapped)
+
+
 def _grid(grid: Any, meta: dict[str, Any]) -> tuple[int, ...]:
     g = grid(meta) if callable(grid) else grid
     if isinstance(g, int):
@@ -297,7 +331,12 @@ def intercept(hw: HardwareModel | None = None, *, overrides: dict[str, Any] | No
                 return None
             names = list(getattr(self, "arg_names", None) or [])
             pos = [bound[n] for n in names if n in bound]
-            return original(self, *pos, grid=grid, warmup=False, **options)
+            if cls is not interpreter.InterpretedFunction:
+                return original(self, *pos, grid=grid, warmup=False, **options)
+            pos = [_fp32_scalar(v) if isinstance(v, float) and n not in consts else v
+                   for n, v in zip([n for n in names if n in bound], pos, strict=True)]
+            with _libdevice_shim(self):
+                return original(self, *pos, grid=grid, warmup=False, **options)
 
         return run
 

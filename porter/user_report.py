@@ -153,8 +153,10 @@ def statuses(result: PortResult, kernel_source: str = "") -> list[Status]:
 
             first = next(e for e in user if e.verdict == "rejected")
             state = "cannot run"
-            kernel_source = kernel_source or _kernel_source(result)
-            why = blocker(kernel_source, hwmodels.get(tr.target), first.reason)
+            why = first.reason
+            if "compile" in why.lower():  # a compiler's refusal: name what in the source
+                kernel_source = kernel_source or _kernel_source(result)
+                why = blocker(kernel_source, hwmodels.get(tr.target), first.reason)
         else:
             state = "not checked"
             why = next((e.reason for e in user if e.verdict == "skipped"),
