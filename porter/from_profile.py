@@ -41,6 +41,7 @@ model's own code for the group; SHAPES are the shapes its first input had in the
 import operator  # noqa: F401 - the group's code may name operator functions
 
 import torch
+from torch import device  # noqa: F401 - the group's code may name a device
 
 NAME = {name!r}
 # Each input's sizes: "d<i>" is shape[i] of the spec's shape, an int is a fixed size.

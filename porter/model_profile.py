@@ -443,8 +443,17 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
     ranked = []
     for e in by_sig.values():
         f = e["eager_ms"] / total
+        family, why_not = generator_family(e)
+        if family is None:
+            # the generator cannot take it: listed with the ops the porter cannot take
+            key = e["pack_name"]
+            entry = not_portable.setdefault(key, {"op": key, "reason": why_not, "count": 0,
+                                                  "ms": 0.0})
+            entry["count"] += len(e["instances"])
+            entry["ms"] += e["eager_ms"]
+            continue
         s = max(1.0, e["eager_ms"] / e["ours_ms"]) if e["ours_ms"] > 0 else 1.0
-        e.update(share=f, speedup=s, gain=amdahl(f, s), family=_family(e["code"]))
+        e.update(share=f, speedup=s, gain=amdahl(f, s), family=family)
         ranked.append(e)
     ranked.sort(key=lambda e: -e["gain"])
     np_list = sorted(not_portable.values(), key=lambda e: -e["ms"])
@@ -456,8 +465,37 @@ def rank_groups(traced: TracedModel, groups: list[Group], node_ms: dict[str, flo
     return {"groups": ranked, "not_portable": np_list, "basis": basis, "total_basis_ms": total}
 
 
+def generator_family(group: dict[str, Any]) -> tuple[str | None, str]:
+    """(template family, "") when the porter's generator takes the group, else (None, why).
+
+    The group's spec is written as `porter port-profile` writes it, loaded, and generated at
+    its smoke shape: exactly what a port of it would start from.
+    """
+    import tempfile
+
+    from porter.codegen import generate
+    from porter.errors import PorterError
+    from porter.from_profile import spec_source
+    from porter.spec import load_spec
+
+    with tempfile.TemporaryDirectory(prefix="porter_group_") as tmp:
+        path = Path(tmp) / f"{group['pack_name']}.py"
+        path.write_text(spec_source(group))
+        try:
+            spec = load_spec(path)
+            gen = torch.Generator().manual_seed(0)
+            example = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"), gen)
+            op = generate(spec.reference, tuple(example), name=spec.name)
+        except PorterError as exc:
+            return None, f"the generator cannot take it: {exc}"
+        except Exception as exc:  # noqa: BLE001 - tracing the group's code; reported per group
+            return None, f"the generator cannot take it: {type(exc).__name__}: {exc}"
+    return str(getattr(op, "family", None) or _family(group["code"])), ""
+
+
 def _family(code: str) -> str:
-    """The template family the porter's generator will use for a group's code."""
+    """The template family the porter's generator will use for a group's code (a guess from
+    the code, where the generated op does not say)."""
     if "linear(" in code:
         return "matmul_epilogue"
     reduction = any(f".{r}(" in code or f"functional.{r}(" in code or f"torch.{r}(" in code

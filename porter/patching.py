@@ -121,7 +121,7 @@ def _pack_dirs(packs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]])
 
 def group_function(code: str) -> Any:
     """The `reference(a0, ...)` function of a group's standalone code."""
-    ns: dict[str, Any] = {"torch": torch, "operator": operator}
+    ns: dict[str, Any] = {"torch": torch, "operator": operator, "device": torch.device}
     exec(compile(code, "<porter group>", "exec"), ns)  # noqa: S102 - code the tracer wrote
     return ns["reference"]
 
