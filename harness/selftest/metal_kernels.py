@@ -17,6 +17,8 @@ rests on; each must be caught by the stage named here, for the reason named here
 |                        | (the last SIMD-group of a 1023-wide row has 31)       | the SIMD-group reads absent lanes) |
 | metal_off_by_one       | the scalar (unaligned-row) loop stops at n - 1        | odd_sizes (NaN: last column        |
 |                        |                                                       | never written)                     |
+| metal_row_overrun      | the last loop writes one element past its row, into   | smoke (error: the next row's       |
+|                        | the next row's first                                  | threadgroup writes it too: a race) |
 
 The host side is the same for all: one threadgroup per row, min(n_cols, 1024) threads (so a
 row shorter than 32 has a partial SIMD-group), n_cols as a `constant uint&`. The self-test's
@@ -34,14 +36,15 @@ import torch
 from targets.metal_exec import MetalProgram
 
 BUGS = {"good": 0, "missing_barrier": 1, "full_simd": 2, "off_by_one": 3,
-        "small_threadgroup": 4, "wrong_threads": 5}
+        "small_threadgroup": 4, "wrong_threads": 5, "row_overrun": 6}
 _T = {torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat"}
 
 BODY = r"""
 #include <metal_stdlib>
 using namespace metal;
 
-enum { GOOD = 0, NO_BARRIER = 1, FULL_SIMD = 2, OFF_BY_ONE = 3, SMALL_TG = 4, WRONG_THREADS = 5 };
+enum { GOOD = 0, NO_BARRIER = 1, FULL_SIMD = 2, OFF_BY_ONE = 3, SMALL_TG = 4, WRONG_THREADS = 5,
+       ROW_OVERRUN = 6 };
 constant uint ASSUMED_THREADS = 256;  // what WRONG_THREADS takes threads_per_threadgroup to be
 
 // op 0: sum, 1: max, over the threadgroup; `part` holds one float per SIMD-group (SMALL_TG: one
@@ -116,7 +119,8 @@ static inline void softmax_row(device const T* x, device T* out, uint n, uint ro
         yv[i] = T4(T(exp(float(v.x) - m) / s), T(exp(float(v.y) - m) / s),
                    T(exp(float(v.z) - m) / s), T(exp(float(v.w) - m) / s));
     }
-    for (uint c = nvec * 4 + tid; c < end; c += stride) yr[c] = T(exp(float(xr[c]) - m) / s);
+    uint wend = BUG == ROW_OVERRUN ? n + 1 : end;
+    for (uint c = nvec * 4 + tid; c < wend; c += stride) yr[c] = T(exp(float(xr[c]) - m) / s);
 }
 """
 

@@ -90,6 +90,8 @@ CASES: tuple[_Case, ...] = (
           "out of bounds"),
     _Case("metal_full_simd", _metal("full_simd"), "odd_sizes", "nonfinite", "metal"),
     _Case("metal_off_by_one", _metal("off_by_one"), "odd_sizes", "nonfinite", "metal"),
+    _Case("metal_row_overrun", _metal("row_overrun"), "smoke", "error", "metal",
+          "written by threadgroup 1 after threadgroup 0"),
 )
 
 

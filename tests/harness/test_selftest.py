@@ -104,7 +104,8 @@ METAL = [c for c in selftest.CASES if c.backend == "metal"]
 def test_metal_cases_cover_the_five_bugs_and_three_stages() -> None:
     names = {c.name for c in METAL}
     assert names == {"metal_good", "metal_missing_barrier", "metal_wrong_threads",
-                     "metal_small_threadgroup", "metal_full_simd", "metal_off_by_one"}
+                     "metal_small_threadgroup", "metal_full_simd", "metal_off_by_one",
+                     "metal_row_overrun"}
     assert {c.expected_stage for c in METAL} == {PASS, "smoke", "sweep", "odd_sizes"}
 
 
