@@ -91,24 +91,34 @@ def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device
 def port_profile_cmd(profile: str, top: int, targets: str, out_dir: str, run_dir: str | None,
                      max_variants: int | None, max_checks: int | None, verbose: bool) -> None:
     """Port the top groups of PROFILE (from `porter profile --out`) at the model's shapes."""
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    names = [t.strip() for t in targets.split(",") if t.strip()]
+    sys.exit(run_port_profile(profile, top=top, targets=names, out_dir=out_dir, run_dir=run_dir,
+                              max_variants=max_variants, max_checks=max_checks))
+
+
+def run_port_profile(profile: str, *, top: int, targets: list[str], out_dir: str,
+                     run_dir: str | None, max_variants: int | None = None,
+                     max_checks: int | None = None) -> int:
+    """The body of `porter port-profile` (and of `porter port --from-profile`); the exit code:
+    0 every group got a kernel for every target, 1 some did not, 2 bad input (one line)."""
     from porter.errors import PorterError
     from porter.from_profile import port_from_profile
     from porter.model_profile import read_profile
     from porter.port import DEFAULT_RUNS_DIR
     from porter.port import new_run_id
 
-    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
-                        format="%(levelname)s %(name)s: %(message)s")
     rd = Path(run_dir) if run_dir else DEFAULT_RUNS_DIR / new_run_id()
-    names = [t.strip() for t in targets.split(",") if t.strip()]
     click.echo(f"run dir: {rd}")
     try:
         prof = read_profile(profile)
-        results = port_from_profile(prof, top=top, targets=names, out_dir=out_dir, run_dir=rd,
+        results = port_from_profile(prof, top=top, targets=targets, out_dir=out_dir, run_dir=rd,
                                     max_variants=max_variants, max_checks=max_checks,
                                     progress=click.echo)
     except PorterError as exc:
-        _fail(str(exc))
+        click.echo(f"error: {exc}", err=True)
+        return 2
     missing = False
     for ws, res in results:
         tiers = ", ".join(f"{t.target} {t.tier}" for t in res.targets)
@@ -117,5 +127,4 @@ def port_profile_cmd(profile: str, top: int, targets: str, out_dir: str, run_dir
             missing = True
             for line in tr.failures:
                 click.echo(f"  no kernel for {tr.target}: {line}", err=True)
-    if missing:
-        sys.exit(1)
+    return 1 if missing else 0
