@@ -1,0 +1,175 @@
+"""The looped row-wise kernel, for rows longer than on-chip storage: a loop over the row's
+BLOCK_N chunks per reduction, with per-lane accumulators reduced once after the loop, then a
+last loop for the full-row outputs. Online softmax's max and sum of exps share one loop, and so
+do the robust 2-norm's max and scaled sum of squares."""
+
+from __future__ import annotations
+
+from porter.codegen.emit import LOG2E
+from porter.codegen.emit import Emitter
+from porter.codegen.ir import Node
+from porter.codegen.rowwise.analysis import COMBINE
+from porter.codegen.rowwise.analysis import IDENTITY
+from porter.codegen.rowwise.analysis import REDUCE
+from porter.codegen.rowwise.rowgen import RowGen
+from porter.codegen.rowwise.rowgen import lanes_as_identity
+from porter.codegen.rowwise.rowgen import store_outputs
+from porter.codegen.rowwise.rowgen import store_post_inputs
+from porter.codegen.rowwise.variance import shift_point
+from porter.codegen.rowwise.variance import shifted_result
+
+
+def looped(rg: RowGen) -> tuple[list[str], list[tuple[int, int]]]:
+    """The looped kernel's body: one pass over the row per reduction (a max and its sum of
+    exps, or of scaled squares, share one), then the outputs. Returns the body and the online
+    softmax pairs (max id, sum id) it fused."""
+    em = rg.emitter()
+    looped_with_max = rg.paired_sums | {s.id for s in rg.ssq.values()}
+    online: list[tuple[int, int]] = []
+    for r in rg.plan.main:
+        if r.id in looped_with_max:
+            continue
+        if r.id in rg.ssq:
+            robust_norm(rg, em, r, rg.ssq[r.id])
+        elif r.id in rg.pairs:
+            online.append((r.id, rg.pairs[r.id].id))
+            online_max_sum(rg, em, r, rg.pairs[r.id])
+        elif r.id in rg.variance_second:
+            continue  # reduced with its mean's sum
+        elif r.id in rg.variance:
+            looped_mean_and_variance(rg, em, r)
+        else:
+            looped_reduce(rg, em, r)
+    if "full" in rg.plan.out_kind:
+        open_loop(em)
+        store_outputs(rg, em, ("full",))
+        close_loop(em)
+    store_outputs(rg, em, ("row",))
+    store_post_inputs(rg, em)
+    return em.lines, online
+
+
+def open_loop(em: Emitter) -> None:
+    """Start a loop over the row's BLOCK_N chunks (values computed inside stay inside)."""
+    em.emit("for start in range(0, n_cols, BLOCK_N):")
+    em.emit("    cols = start + tl.arange(0, BLOCK_N)[None, :]")
+    em.emit("    mask = row_mask & ((cols < n_cols) | EVEN)")
+    em.indent += 1
+    em.reset()
+
+
+def close_loop(em: Emitter) -> None:
+    em.indent -= 1
+    em.reset()
+
+
+def looped_reduce(rg: RowGen, em: Emitter, r: Node) -> None:
+    """r over the row's chunks: a per-lane accumulator, reduced once after the loop."""
+    kind = r.attrs["kind"]
+    em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
+    open_loop(em)
+    v = lanes_as_identity(em, em.eval(r.args[0], rg.full), kind)
+    v = f"({v}).to(tl.float32)" if kind == "sum" else v
+    em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
+    close_loop(em)
+    em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
+
+
+def online_max_sum(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
+    """r, the row's max of g, and s, its sum of exp(g - max), in one loop (online softmax).
+
+    A running (max, sum of exp) per lane position, not per row: the chunk [ROWS, BLOCK_N] is
+    viewed as [ROWS, BLOCK_N / LANES, LANES], LANES = threads x the elements of one 16-byte
+    load, so that axis 1 holds the repetitions each thread owns and the chunk's max and sum
+    along it stay in the thread. No block-wide reduction (and barrier) per chunk; the lanes
+    combine once per row. The exps are exp2(g * log2 e - m * log2 e), one FFMA each
+    (bench/NOTES.md item 39)."""
+    em.emit("m_lane = tl.full([ROWS, LANES], float('-inf'), tl.float32)")
+    em.emit("s_lane = tl.zeros([ROWS, LANES], tl.float32)")
+    open_loop(em)
+    gv = em.eval(r.args[0], rg.full)
+    em.emit(f"g = tl.reshape({lanes_as_identity(em, gv, 'max')}, "
+            "[ROWS, BLOCK_N // LANES, LANES])")
+    em.emit("m_new = tl.maximum(m_lane, tl.max(g, axis=1))")
+    # a lane that has seen only padding (-inf) is shifted by 0: -inf - -inf is NaN
+    em.emit(f"m_shift = tl.where(m_new > float('-inf'), m_new, 0.0) * {LOG2E}")
+    em.emit(f"p = tl.exp2(g * {LOG2E} - m_shift[:, None, :])")
+    em.emit(f"s_lane = s_lane * tl.exp2(m_lane * {LOG2E} - m_shift) + tl.sum(p, axis=1)")
+    em.emit("m_lane = m_new")
+    close_loop(em)
+    m_row = em.tmp("tl.max(m_lane, axis=1)[:, None]", "red")
+    shift = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}", "shift")
+    em.reduced[r.id] = m_row
+    em.reduced[s.id] = em.tmp(
+        f"tl.sum(s_lane * tl.exp2(m_lane * {LOG2E} - {shift}), axis=1)[:, None]", "red")
+
+
+def robust_norm(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
+    """r, max |x|, and s, sum((|x| / max)^2), in one loop: the sum is rescaled when the max
+    grows."""
+    em.emit("m_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+    em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+    open_loop(em)
+    av = em.eval(r.args[0], rg.full)
+    em.emit(f"a = {lanes_as_identity(em, av, 'sum')}")
+    em.emit("m_new = tl.maximum(m_acc, a)")
+    em.emit("ratio = tl.where(m_new > 0, m_acc / m_new, 0.0)")
+    em.emit("q = tl.where(m_new > 0, a / m_new, 0.0)")
+    em.emit("s_acc = s_acc * ratio * ratio + q * q")
+    em.emit("m_acc = m_new")
+    close_loop(em)
+    red_m = em.tmp("tl.max(m_acc, axis=1)[:, None]", "red")
+    em.reduced[r.id] = red_m
+    ratio = em.tmp(f"tl.where({red_m} > 0, m_acc / {red_m}, 0.0)", "ratio")
+    em.reduced[s.id] = em.tmp(f"tl.sum(s_acc * {ratio} * {ratio}, axis=1)[:, None]", "red")
+
+
+def looped_mean_and_variance(rg: RowGen, em: Emitter, r: Node) -> None:
+    """r and its variance partner over the row's chunks: `if VAR1:` one pass of shifted
+    sums, else a pass for the mean and one more for the variance. Both bind the same names;
+    the mean is kept for the loops after.
+
+    The VAR1 pass keeps one (sum, sum of squares) pair per thread: each chunk is viewed as
+    [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC, VEC the elements of
+    one 16-byte load) and summed over the thread's own repetitions and its VEC elements,
+    which stays inside the thread; the block combines once per row. Per-lane tiles of both
+    sums (item 38) took 16-32 registers more and lost; this form won (item 40)."""
+    x, second, full = r.args[0], rg.variance[r.id], rg.full
+    mean_node = second.args[0].args[0].args[1]
+    mean_key = (mean_node.id, rg.coords_for(mean_node), None)
+    em.emit("if VAR1:")
+    em.indent += 1
+    k = shift_point(rg, em, x)
+    em.emit("acc1 = tl.zeros([ROWS, LANES // VEC], tl.float32)")
+    em.emit("acc2 = tl.zeros([ROWS, LANES // VEC], tl.float32)")
+    open_loop(em)
+    d = em.tmp(f"tl.reshape(tl.where(mask, ({em.eval(x, full)}).to(tl.float32) - {k}, 0.0), "
+               "[ROWS, BLOCK_N // LANES, LANES // VEC, VEC])", "d")
+    em.emit(f"acc1 = acc1 + tl.sum(tl.sum({d}, axis=3), axis=1)")
+    em.emit(f"acc2 = acc2 + tl.sum(tl.sum({d} * {d}, axis=3), axis=1)")
+    close_loop(em)
+    a, b = em.tmps("tl.reduce((acc1, acc2), 1, _add_pairs)", "s1_", "s2_")
+    t1, t2 = em.tmp(f"{a}[:, None]", "s1"), em.tmp(f"{b}[:, None]", "s2")
+    mean, var, guard = shifted_result(rg, em, r, k, t1, t2)
+    em.emit(guard)
+    em.indent += 1
+    em.emit("acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
+    open_loop(em)
+    xv = f"({em.eval(x, full)}).to(tl.float32)"
+    em.emit(f"acc = acc + tl.where(mask, ({xv} - {mean}) * ({xv} - {mean}), 0.0)")
+    close_loop(em)
+    em.emit(f"{var} = tl.sum(acc, axis=1)[:, None]")
+    em.indent -= 2
+    names = (em.reduced[r.id], var, mean)
+    em.emit("else:")
+    em.indent += 1
+    em.reset()
+    looped_reduce(rg, em, r)
+    looped_reduce(rg, em, second)
+    values = (em.reduced[r.id], em.reduced[second.id], em.eval(mean_node, mean_key[1]))
+    for name, value in zip(names, values, strict=True):
+        em.emit(f"{name} = {value}")
+    em.indent -= 1
+    em.reduced[r.id], em.reduced[second.id] = names[0], names[1]
+    em.kept[mean_key] = names[2]
+    em.reset()
