@@ -2,8 +2,8 @@
 
 `emulated_eval` has the signature of the port loop's CPU checks (porter.roles.benchmark's
 `CPU_CHECKS[Capabilities.cpu_check]`, next to "interpreter"): the loop registers it as
-`CPU_CHECKS["emulator"]`. It judges one pending Metal candidate in a child process (a crash in
-a kernel's C++ build ends only the child) with `harness.emulated.check_source` at the spec's
+`CPU_CHECKS["emulator"]`. It judges one pending Metal candidate in a worker process (a crash
+ends only the worker, restarted for the next check) with `harness.emulated.check_source` at the spec's
 reduced shapes, for the dtype the source was generated for, shares the verdict with identical
 sources (one check per kernel body + semantic config), keeps to the run's check budget, and
 records the verdict with the candidate at tier "emulated" when it passed.
@@ -18,6 +18,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -81,14 +82,18 @@ def emulated_eval(session: Any, hw: HardwareModel, backend: TargetBackend,
 
 def emulated_check(spec_path: str | Path, source: str, hw_name: str, dtype: str,
                    timeout_s: float = CHECK_TIMEOUT_S) -> dict[str, Any]:
-    """The five stages for Metal `source` on the executor, in a child process.
+    """The five stages for Metal `source` on the executor, in a worker process.
+
+    One worker process serves every check of this process (torch and the spec are imported once,
+    which is most of a check's time); a crash or a check past `timeout_s` ends the worker (the
+    verdict says so) and the next check starts a fresh one.
 
     Args:
         spec_path: the op's spec (or KernelBench file).
         source: generated Metal source with its dispatch line.
         hw_name: the target's model ("m4"): tolerances and threadgroup memory limit.
         dtype: "fp32" | "fp16" | "bf16": the dtype the source was generated for.
-        timeout_s: the child's time limit.
+        timeout_s: the check's time limit.
 
     Returns:
         {"passed": bool, "message": str, "tolerances": str}.
@@ -100,23 +105,8 @@ def emulated_check(spec_path: str | Path, source: str, hw_name: str, dtype: str,
 
     job = {"spec": str(Path(spec_path).resolve()), "source": source, "hw": hw_name,
            "dtype": dtype}
-    repo = str(Path(__file__).resolve().parents[1])
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
     t0 = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-c", "from porter.emulated import check_child; "
-                               "check_child()"], input=json.dumps(job), capture_output=True,
-                              text=True, env=env, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        return {"passed": False, "tolerances": "",
-                "message": f"emulated check timed out after {timeout_s:g}s"}
-    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
-    if proc.returncode != 0 or not lines:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
-        return {"passed": False, "tolerances": "",
-                "message": f"emulated check crashed (exit {proc.returncode}): " + " | ".join(tail)}
-    res = json.loads(lines[-1])
+    res = _WORKER.run(job, timeout_s)
     if res.get("problem"):
         raise PortError(f"{spec_path}: the spec's own code failed while its Metal kernel was "
                         f"judged on the executor: {' '.join(res['problem'].split())}")
@@ -126,8 +116,90 @@ def emulated_check(spec_path: str | Path, source: str, hw_name: str, dtype: str,
     return res
 
 
+_RESULT = "\x1eporter-emulated "  # marks the verdict line among anything else the child prints
+
+
+class _Worker:
+    """A child process that runs checks one after another (`serve`), restarted after a crash."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.stderr: Any = None
+        self.lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen[str]:
+        import tempfile
+
+        repo = str(Path(__file__).resolve().parents[1])
+        env = {**os.environ,
+               "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
+        self.stderr = tempfile.TemporaryFile(mode="w+")
+        return subprocess.Popen([sys.executable, "-c", "from porter.emulated import serve; serve()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=self.stderr, text=True, env=env, bufsize=1)
+
+    def _stop(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def _stderr_tail(self) -> str:
+        if self.stderr is None:
+            return ""
+        self.stderr.seek(0)
+        return " | ".join(self.stderr.read().strip().splitlines()[-3:])
+
+    def run(self, job: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+        import select
+
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self.proc = self._start()
+            proc = self.proc
+            assert proc.stdin is not None and proc.stdout is not None
+            try:
+                proc.stdin.write(json.dumps(job) + "\n")
+                proc.stdin.flush()
+            except BrokenPipeError:
+                pass
+            deadline = time.monotonic() + timeout_s
+            while True:
+                left = deadline - time.monotonic()
+                ready = select.select([proc.stdout], [], [], max(0.0, left))[0] if left > 0 else []
+                if not ready:
+                    self._stop()
+                    return {"passed": False, "tolerances": "",
+                            "message": f"emulated check timed out after {timeout_s:g}s"}
+                line = proc.stdout.readline()
+                if not line:  # the worker died
+                    code = proc.wait()
+                    tail = self._stderr_tail()
+                    self.proc = None
+                    return {"passed": False, "tolerances": "",
+                            "message": f"emulated check crashed (exit {code}): {tail}"}
+                if line.startswith(_RESULT):
+                    return json.loads(line[len(_RESULT):])
+
+
+_WORKER = _Worker()
+
+
+def serve() -> None:
+    """Worker side of `emulated_check`: one job (JSON) per line on stdin, one verdict each."""
+    for line in sys.stdin:
+        if line.strip():
+            res = _judge(json.loads(line))
+            sys.stdout.write(_RESULT + json.dumps(res) + "\n")
+            sys.stdout.flush()
+
+
 def check_child() -> None:
-    """Child side of `emulated_check`: a job (JSON) on stdin, the verdict (JSON) on stdout."""
+    """One job (JSON) on stdin, its verdict (JSON) on stdout."""
+    print(json.dumps(_judge(json.loads(sys.stdin.read()))))
+
+
+def _judge(job: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     import hwmodels
@@ -136,27 +208,23 @@ def check_child() -> None:
     from targets.metal_exec import MetalExecError
     from targets.metal_host import DispatchError
 
-    job = json.loads(sys.stdin.read())
     spec = load_spec(job["spec"])
     dtype = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}[job["dtype"]]
     hw = hwmodels.get(job["hw"])
     try:
         report = check_source(spec.problem(interpret=True, dtypes=[dtype]), job["source"], hw=hw)
     except (MetalExecError, DispatchError) as exc:
-        print(json.dumps({"passed": False, "tolerances": "",
-                          "message": f"not runnable on the executor: {exc}"}))
-        return
+        return {"passed": False, "tolerances": "",
+                "message": f"not runnable on the executor: {exc}"}
     except ValueError as exc:  # harness.problem.ProblemError: the spec's own code failed
-        print(json.dumps({"passed": False, "message": "", "tolerances": "",
-                          "problem": f"{type(exc).__name__}: {exc}"}))
-        return
+        return {"passed": False, "message": "", "tolerances": "",
+                "problem": f"{type(exc).__name__}: {exc}"}
     if report.passed:
         msg = ", ".join(s.name for s in report.stages)
     else:
         failed = report.failed
         msg = f"{failed.name}: {failed.message}" if failed is not None else report.summary()
-    print(json.dumps({"passed": report.passed, "message": msg,
-                      "tolerances": report.tolerances}))
+    return {"passed": report.passed, "message": msg, "tolerances": report.tolerances}
 
 
 class SpecMetalCandidate:

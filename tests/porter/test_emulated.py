@@ -45,3 +45,22 @@ def test_porter_check_target_m4_runs_the_emulated_tier() -> None:
     res = CliRunner().invoke(check_cmd, [str(SPEC), "--target", "m4", "--dtype", "fp32"])
     assert res.exit_code == 0, res.output
     assert "CPU Metal executor" in res.output and "result    PASS (emulated tier)" in res.output
+
+
+def test_one_worker_serves_the_checks_and_a_crash_restarts_it() -> None:
+    from porter import emulated
+
+    good = _source({"threads": 64, "dtype": "fp32"})
+    assert emulated_check(SPEC, good, "m4", "fp32")["passed"]
+    pid = emulated._WORKER.proc.pid
+    assert emulated_check(SPEC, good, "m4", "fp32")["passed"]
+    assert emulated._WORKER.proc.pid == pid  # the same worker: torch imported once
+    overflow = good.replace("    threadgroup float part[THREADS / 32];\n",
+                            "    threadgroup float part[THREADS / 32];\n"
+                            "    volatile float big[65536];\n"
+                            "    for (int i = 0; i < 65536; ++i) big[i] = i;\n", 1)
+    res = emulated_check(SPEC, overflow, "m4", "fp32")
+    assert not res["passed"] and "crashed" in res["message"]
+    assert "overflowed its 128 KiB stack" in res["message"]
+    assert emulated_check(SPEC, good, "m4", "fp32")["passed"]  # a fresh worker
+    assert emulated._WORKER.proc.pid != pid
