@@ -291,8 +291,8 @@ def _flat_vectorise(body: list[str], vec: int, types: dict[str, str], vec_terms:
                     numel: str) -> list[str]:
     """Each thread's `vec` elements: one vector load/store per tensor when aligned and whole,
     else element by element (the tail of the range, or unaligned buffers)."""
-    scalar = ["    for (idx_t offs = base; offs < base + (idx_t)VEC && offs < n_elements; "
-              "++offs) {", *["    " + ln for ln in body], "    }"]
+    scalar = [("    for (idx_t offs = base; offs < base + (idx_t)VEC && offs < n_elements; "
+               "++offs) {"), *["    " + ln for ln in body], "    }"]
     if vec == 1:
         return ["    const idx_t offs = base;", *body]
     loads: dict[str, str] = {}
@@ -413,7 +413,7 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     pos = 0
     for start, end in loops:
         body += em.lines[pos:start]
-        body += _row_loop([ln[4:] if ln.startswith("    ") else ln for ln in em.lines[start:end]],
+        body += _row_loop([ln.removeprefix("    ") for ln in em.lines[start:end]],
                           cfg.vec, sig, types, vec_terms)
         pos = end
     body += em.lines[pos:]
