@@ -4,10 +4,10 @@ CPU only: it reads suite results already measured on the devices (`rows.jsonl` o
 `python -m bench.suite`) and never times anything. For each direction (H100 -> H200 and
 H200 -> H100) it
 
-1. fits the transfer model (`harness.projection.fit_transfer`) on the calibration run alone: the
+1. fits the transfer model (`harness.transfer.fit_transfer`) on the calibration run alone: the
    calibration device's own kernel rows and its own same-size copies;
 2. predicts every row of the porter's kernel (`provider == "ported"`) on the target with
-   `harness.projection.transfer`, from the calibration time and the target's reference curve;
+   `harness.transfer.transfer`, from the calibration time and the target's reference curve;
 3. compares with the target's measured time, beside the naive baseline of issue 32 (the
    calibration time x the ratio of the two devices' bandwidths, measured copy ceilings from the
    hardware models, and again with datasheet ones).
@@ -20,7 +20,7 @@ device, not of the kernel. Three variants, strictest last, are reported:
 - `copy curve, size left out`: the same without any copy within 2% of the predicted row's size,
   so no copy of that size is seen at all;
 - `hwmodel only`: no run on the target at all. A three-term copy model
-  (`harness.projection.CopyModel`: fixed on-device time, the share of the LLC still dirty when
+  (`harness.transfer.CopyModel`: fixed on-device time, the share of the LLC still dirty when
   the copy ends, large-size bandwidth) is fitted on the calibration device's copies and moved to
   the target's LLC size and measured copy ceiling from its hardware model (the matmul curve is
   scaled by the two measured matmul ceilings). This is what `porter compare` can do for a device
@@ -48,8 +48,9 @@ from typing import Any
 
 import hwmodels
 from harness import projection
-from harness.projection import SizeCurve
-from harness.projection import TransferFit
+from harness import transfer
+from harness.transfer import SizeCurve
+from harness.transfer import TransferFit
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "results"
@@ -114,7 +115,7 @@ def hwmodel_copy_curve(cal_copy: SizeCurve, cal_hw: hwmodels.HardwareModel,
                        tgt_hw: hwmodels.HardwareModel) -> SizeCurve:
     """The target's copy curve without a run on it: `CopyModel` fitted on the calibration
     device's copies, moved to the target's LLC and measured copy ceiling (its hardware model)."""
-    model = projection.fit_copy_model(cal_copy, cal_hw.llc_bytes)
+    model = transfer.fit_copy_model(cal_copy, cal_hw.llc_bytes)
     factor = ceilings(tgt_hw)["bw_measured"] / ceilings(cal_hw)["bw_measured"]
     moved = model.for_device(tgt_hw, factor)
     return moved.curve([a for a, _ in cal_copy.points],
@@ -161,7 +162,7 @@ def predict_direction(cal: Run, tgt: Run) -> list[dict[str, Any]]:
     ported_cal, ported_tgt = _by(cal, "ported"), _by(tgt, "ported")
     mem_rows = [(r["op"], r["bytes_moved"], r["median_ms"]) for r in ported_cal.values()
                 if r["bound"] == "memory"]
-    fit: TransferFit = projection.fit_transfer(mem_rows, cal_copy, llc_bytes=cal_hw.llc_bytes,
+    fit: TransferFit = transfer.fit_transfer(mem_rows, cal_copy, llc_bytes=cal_hw.llc_bytes,
                                                device=cal.device)
     out = []
     for key, r in ported_cal.items():
@@ -176,7 +177,7 @@ def predict_direction(cal: Run, tgt: Run) -> list[dict[str, Any]]:
         def ours(curve: SizeCurve, r: dict[str, Any] = r, compute: bool = compute,
                  amount: float = amount, cal_curve: SizeCurve = cal_curve
                  ) -> projection.Projection:
-            return projection.transfer(r["median_ms"], amount, op=r["op"], cal_curve=cal_curve,
+            return transfer.transfer(r["median_ms"], amount, op=r["op"], cal_curve=cal_curve,
                                        target_curve=curve, fit=fit, compute_bound=compute,
                                        cal_hw=cal_hw, target_hw=tgt_hw)
 
@@ -346,7 +347,7 @@ def build(pair: tuple[str, str] = DEFAULT_PAIR, *, root: Path = RESULTS
     facts = {"copy_models": {}, "max_llc_bytes": 0, "copy_noise": copy_noise([a, b])}
     for run in (a, b):
         hw = hwmodels.get(run.device)
-        model = projection.fit_copy_model(copy_curve(run), hw.llc_bytes)
+        model = transfer.fit_copy_model(copy_curve(run), hw.llc_bytes)
         facts["copy_models"][run.device] = {
             "fixed_us": model.fixed_ms * 1e3, "dirty_fraction": model.dirty_fraction,
             "bandwidth_gbps": model.bandwidth_gbps, "llc_mb": hw.llc_bytes / 2**20}
@@ -356,9 +357,9 @@ def build(pair: tuple[str, str] = DEFAULT_PAIR, *, root: Path = RESULTS
         "generated_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "runs": {"calibration_and_target": list(pair),
                  "rerun_pairing": [RERUN[0], list(RERUN[1])]},
-        "model": "harness.projection.transfer (fit_transfer on the calibration run only)",
-        "latency_sigmas": projection.LATENCY_SIGMAS,
-        "bandwidth_bound_llc_multiple": projection.BANDWIDTH_BOUND_LLC_MULTIPLE,
+        "model": "harness.transfer.transfer (fit_transfer on the calibration run only)",
+        "latency_sigmas": transfer.LATENCY_SIGMAS,
+        "bandwidth_bound_llc_multiple": transfer.BANDWIDTH_BOUND_LLC_MULTIPLE,
         "targets_pct": TARGETS,
         "directions": stats,
         "expected_error": expected_error(stats, (a.device, b.device)),
@@ -397,7 +398,7 @@ def render(result: dict[str, Any], dirs_rows: dict[str, list[dict[str, Any]]]) -
         f"Written by `{result['generated_by']}` at {result['generated_at']} from "
         f"`results/{runs[0]}/rows.jsonl` and `results/{runs[1]}/rows.jsonl` (CPU only: the "
         f"times were measured by `python -m bench.suite` on the devices). The model is "
-        f"`harness.projection.transfer`; every parameter it uses is fitted on the calibration "
+        f"`harness.transfer.transfer`; every parameter it uses is fitted on the calibration "
         f"run alone. Targets (issue 32): median <= {TARGETS['median']:g}% and p90 <= "
         f"{TARGETS['p90']:g}% over all memory-bound rows, matmul rows <= {TARGETS['matmul']:g}%. "
         f"**{'Met' if met else 'Not met'}** by the model (first line of each direction).",
@@ -410,10 +411,10 @@ def render(result: dict[str, Any], dirs_rows: dict[str, list[dict[str, Any]]]) -
         "(a 25 MB copy reaches ~1.9 TB/s on the H100, not 3.07) and the L2 holding part of a "
         "working set near its size.",
         "- On the calibration device, each op's time/copy ratio is fitted over its rows of at "
-        f"least {projection.BANDWIDTH_BOUND_LLC_MULTIPLE} x LLC (bandwidth-bound for every "
+        f"least {transfer.BANDWIDTH_BOUND_LLC_MULTIPLE} x LLC (bandwidth-bound for every "
         "kernel), with the pooled spread of those ratios.",
         "- A row whose time/copy is within "
-        f"{projection.LATENCY_SIGMAS:g} spreads of its op's ratio tracks the copy: "
+        f"{transfer.LATENCY_SIGMAS:g} spreads of its op's ratio tracks the copy: "
         "target time = its ratio x the target's copy time at that size. A row slower than that "
         "is latency-bound (too few waves to hide memory latency, a reduction's serial chain): "
         "its time belongs to the SMs and carries over, scaled by waves (grid / resident "

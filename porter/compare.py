@@ -5,7 +5,7 @@ For each device and each of the op's shapes, the best kernel the porter has for 
 1. **measured** - the fastest passing measured record in the results store (`store.best`), else a
    pack bucket whose numbers were measured on that device;
 2. **projected, transferred** - a measured time on another device carried over with
-   `harness.projection.transfer`: the calibration device's copy curve (from `device_copy` records
+   `harness.transfer.transfer`: the calibration device's copy curve (from `device_copy` records
    in the store) fitted to a `CopyModel` and moved to the target's LLC and copy ceiling, the
    latency-bound branch fitted on the calibration device's rows of the op. Without a copy curve,
    the calibration time scaled by the ratio of the two devices' ceilings. This is the model
@@ -34,6 +34,7 @@ from typing import Any
 
 import hwmodels
 from harness import projection
+from harness import transfer
 from harness.roofline import analyze
 from harness.store import Record
 from harness.store import ResultsStore
@@ -335,8 +336,8 @@ def _transfer(src: _Source, cal: str, target: str, key: Key, cost: tuple[int, in
                 f"{cal} measured x matmul ceilings {fl_cal:.0f}/{fl_tgt:.0f} TFLOP/s")
     samples = src.copies.get(cal) or []
     if len({b for b, _ in samples}) >= 3:
-        cal_curve = projection.SizeCurve.from_samples(cal, samples, source=f"{cal} copies")
-        model = projection.fit_copy_model(cal_curve, cal_hw.llc_bytes)
+        cal_curve = transfer.SizeCurve.from_samples(cal, samples, source=f"{cal} copies")
+        model = transfer.fit_copy_model(cal_curve, cal_hw.llc_bytes)
         note = ""
         if tgt_hw.vendor != cal_hw.vendor:
             # The dirty-LLC term was validated between two caches of one design (H100, H200
@@ -350,8 +351,8 @@ def _transfer(src: _Source, cal: str, target: str, key: Key, cost: tuple[int, in
         rows = [(src.op, float(r.metrics.get("bytes_moved") or src.costs.get(k, (0, 0))[0]),
                  float(r.median_ms or 0.0)) for k, r in src.measured[cal].items()]
         rows = [r for r in rows if r[1] > 0 and r[2] > 0]
-        fit = projection.fit_transfer(rows, cal_curve, llc_bytes=cal_hw.llc_bytes, device=cal)
-        p = projection.transfer(t_cal, nbytes, op=src.op, cal_curve=cal_curve,
+        fit = transfer.fit_transfer(rows, cal_curve, llc_bytes=cal_hw.llc_bytes, device=cal)
+        p = transfer.transfer(t_cal, nbytes, op=src.op, cal_curve=cal_curve,
                                 target_curve=tgt_curve, fit=fit, cal_hw=cal_hw,
                                 target_hw=tgt_hw)
         return p.time_ms, "copy-model transfer", f"{cal} measured, copy-model transfer{note}"

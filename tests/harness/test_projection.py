@@ -8,6 +8,7 @@ import pytest
 
 import hwmodels
 from harness import projection
+from harness import transfer
 from targets.base import Occupancy
 
 
@@ -139,8 +140,8 @@ def test_bad_arguments(h100):
 
 # -- transfer: a measured time carried to another device (bench/validate_projection.py) --------
 
-def _curve(device: str, pts, below: str = "flat") -> projection.SizeCurve:
-    return projection.SizeCurve.from_samples(device, pts, below=below)
+def _curve(device: str, pts, below: str = "flat") -> transfer.SizeCurve:
+    return transfer.SizeCurve.from_samples(device, pts, below=below)
 
 
 def test_size_curve_interpolates_log_log_and_extrapolates_by_rule():
@@ -156,14 +157,14 @@ def test_size_curve_interpolates_log_log_and_extrapolates_by_rule():
     left = c.excluding(4.02e6)
     assert [a for a, _ in left.points] == [1e6, 16e6]
     with pytest.raises(ValueError):
-        projection.SizeCurve("x", ())
+        transfer.SizeCurve("x", ())
 
 
 def test_fit_transfer_uses_only_bandwidth_bound_sizes():
     llc = 10**6
     curve = _curve("cal", [(1e6, 0.01), (1e7, 0.05), (1e8, 0.5)])
     rows = [("op", 1e8, 0.51), ("op", 1e7, 0.0505), ("op", 1e6, 0.05)]  # last: latency-bound
-    fit = projection.fit_transfer(rows, curve, llc_bytes=llc, device="cal")
+    fit = transfer.fit_transfer(rows, curve, llc_bytes=llc, device="cal")
     assert fit.n == 2  # 1e6 < 4 x LLC is left out
     assert fit.ratio["op"] == pytest.approx((1.02 + 1.01) / 2)
     assert fit.ratio_for("other") == 1.0
@@ -175,34 +176,34 @@ def test_transfer_tracks_the_target_curve_or_carries_a_latency_bound_time(h100):
     cal = _curve("cal", [(1e7, 0.010), (1e8, 0.040), (1e9, 0.330)])
     tgt = _curve("tgt", [(1e7, 0.009), (1e8, 0.030), (1e9, 0.230)])
     rows = [("op", 1e9, 0.33), ("op", 0.8e9, 0.264 * 1.01), ("op", 0.6e9, 0.2)]
-    fit = projection.fit_transfer(rows, cal, llc_bytes=llc)
+    fit = transfer.fit_transfer(rows, cal, llc_bytes=llc)
     # A 100 MB row at the copy's pace keeps its ratio on the target.
-    p = projection.transfer(0.040 * 1.01, 1e8, op="op", cal_curve=cal, target_curve=tgt,
+    p = transfer.transfer(0.040 * 1.01, 1e8, op="op", cal_curve=cal, target_curve=tgt,
                             fit=fit, cal_hw=h100, target_hw=h100)
     assert p.time_ms == pytest.approx(0.030 * 1.01)
     assert p.breakdown["branch"] == "tracks the reference curve"
     assert p.label == "projected"
     # A 10 MB row 60% slower than its copy is latency-bound: same SMs, same time.
-    q = projection.transfer(0.016, 1e7, op="op", cal_curve=cal, target_curve=tgt, fit=fit,
+    q = transfer.transfer(0.016, 1e7, op="op", cal_curve=cal, target_curve=tgt, fit=fit,
                             cal_hw=h100, target_hw=h100)
     assert q.time_ms == pytest.approx(0.016)
     assert q.breakdown["branch"].startswith("latency-bound")
     # ... but never faster than the target's bandwidth allows.
     slow_tgt = _curve("tgt", [(1e7, 0.030), (1e9, 0.9)])
-    r = projection.transfer(0.016, 1e7, op="op", cal_curve=cal, target_curve=slow_tgt, fit=fit)
+    r = transfer.transfer(0.016, 1e7, op="op", cal_curve=cal, target_curve=slow_tgt, fit=fit)
     assert r.time_ms == pytest.approx(0.030 * fit.ratio_for("op"))
     # A row as large as the fit's is bandwidth-bound whatever its ratio.
-    big = projection.transfer(0.5, 1e9, op="op", cal_curve=cal, target_curve=tgt, fit=fit)
+    big = transfer.transfer(0.5, 1e9, op="op", cal_curve=cal, target_curve=tgt, fit=fit)
     assert big.breakdown["branch"] == "tracks the reference curve"
 
 
 def test_transfer_latency_branch_scales_by_waves_and_clock(h100):
     cal = _curve("cal", [(1e7, 0.010), (1e9, 0.330)])
-    fit = projection.fit_transfer([("op", 1e9, 0.33)], cal, llc_bytes=h100.llc_bytes)
+    fit = transfer.fit_transfer([("op", 1e9, 0.33)], cal, llc_bytes=h100.llc_bytes)
     half = dataclasses.replace(
         h100, name="half", compute_units=dataclasses.replace(h100.compute_units, value=66))
     # grid 264 at 1 program per SM: 2 waves on 132 SMs, 4 on 66.
-    p = projection.transfer(0.02, 1e7, op="op", cal_curve=cal, target_curve=cal, fit=fit,
+    p = transfer.transfer(0.02, 1e7, op="op", cal_curve=cal, target_curve=cal, fit=fit,
                             cal_hw=h100, target_hw=half, grid=264, blocks_per_unit=1)
     assert p.breakdown["wave_clock_scale"] == pytest.approx(2.0)
     assert p.time_ms == pytest.approx(0.04)
@@ -211,20 +212,20 @@ def test_transfer_latency_branch_scales_by_waves_and_clock(h100):
 def test_transfer_compute_bound_scales_by_the_matmul_curves():
     cal = _curve("cal", [(1e12, 1.5)], below="proportional")
     tgt = _curve("tgt", [(1e12, 1.2)], below="proportional")
-    p = projection.transfer(1.6, 1e12, op="mm", cal_curve=cal, target_curve=tgt,
+    p = transfer.transfer(1.6, 1e12, op="mm", cal_curve=cal, target_curve=tgt,
                             compute_bound=True)
     assert p.time_ms == pytest.approx(1.6 * 1.2 / 1.5)
     assert p.bound == "compute"
     with pytest.raises(ValueError):
-        projection.transfer(0.0, 1e12, op="mm", cal_curve=cal, target_curve=tgt)
+        transfer.transfer(0.0, 1e12, op="mm", cal_curve=cal, target_curve=tgt)
 
 
 def test_fit_copy_model_recovers_its_terms_and_moves_to_another_device(h100):
-    truth = projection.CopyModel(fixed_ms=0.009, dirty_fraction=0.5, bandwidth_gbps=3000.0,
+    truth = transfer.CopyModel(fixed_ms=0.009, dirty_fraction=0.5, bandwidth_gbps=3000.0,
                                  llc_bytes=h100.llc_bytes, device="h100")
     sizes = [12e6, 25e6, 50e6, 67e6, 134e6, 268e6, 537e6, 1074e6]
     curve = truth.curve(sizes, source="synthetic")
-    fit = projection.fit_copy_model(curve, h100.llc_bytes)
+    fit = transfer.fit_copy_model(curve, h100.llc_bytes)
     assert fit.fixed_ms == pytest.approx(0.009, rel=1e-6)
     assert fit.dirty_fraction == pytest.approx(0.5)
     assert fit.bandwidth_gbps == pytest.approx(3000.0, rel=1e-6)
@@ -232,7 +233,7 @@ def test_fit_copy_model_recovers_its_terms_and_moves_to_another_device(h100):
     moved = fit.for_device(h200, 1.4)
     assert moved.llc_bytes == h200.llc_bytes and moved.bandwidth_gbps == pytest.approx(4200.0)
     with pytest.raises(ValueError):
-        projection.fit_copy_model(projection.SizeCurve("x", ((1e6, 0.01),)), 10**6)
+        transfer.fit_copy_model(transfer.SizeCurve("x", ((1e6, 0.01),)), 10**6)
 
 
 def test_validation_reproduces_the_issue_naive_figures_and_meets_its_targets():
@@ -267,7 +268,7 @@ def test_transfer_never_beats_the_targets_speed_of_light(h100):
     datasheet bandwidth."""
     mi300x = hwmodels.get("mi300x")
     cal = _curve("cal", [(1e8, 0.01), (1e9, 0.10)])  # a (fictitious) 10 TB/s curve
-    p = projection.transfer(0.01, 1e8, op="op", cal_curve=cal, target_curve=cal,
+    p = transfer.transfer(0.01, 1e8, op="op", cal_curve=cal, target_curve=cal,
                             target_hw=mi300x)
     assert p.time_ms == pytest.approx(1e8 / (mi300x.peak_bandwidth_gbps * 1e6))
     assert "speed of light" in p.breakdown["branch"]
