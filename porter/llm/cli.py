@@ -16,6 +16,7 @@ import click
 from porter.errors import PorterError
 from porter.llm.config import NoAPIKeyError
 from porter.llm.config import load_config
+from porter.llm.config import recorded_config
 from porter.llm.config import require_key
 
 
@@ -32,6 +33,7 @@ def agent_port(spec: str | None, targets: list[str], out_dir: str, run_dir: Path
         config = load_config()
         if replay is not None:
             recorded = _recorded_run(Path(replay), RUN_FILE)
+            config = recorded_config(replay)
             spec = spec or recorded["spec"]
             targets = recorded["targets"]
             click.echo(f"replaying {replay} (no network, no key): {spec} on "

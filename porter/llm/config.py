@@ -164,6 +164,24 @@ def load_config(
     return replace(LLMConfig(**values), api_key=values.get("api_key", key))
 
 
+def recorded_config(run_dir: str | os.PathLike[str]) -> LLMConfig:
+    """The settings a recorded run used (`<run>/llm/config.json`), for its replay: the same
+    model, budgets and parallel candidates make the same requests. No key, no base URL.
+
+    Raises:
+        LLMConfigError: the file is missing or not a config.
+    """
+    import json
+
+    path = Path(run_dir) / "llm" / "config.json"
+    try:
+        raw = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise LLMConfigError(f"{path}: cannot read the recorded settings: {exc}") from None
+    known = {f.name for f in fields(LLMConfig)} - {"api_key", "base_url"}
+    return LLMConfig(**{k: v for k, v in raw.items() if k in known})
+
+
 def require_key(config: LLMConfig) -> LLMConfig:
     """`config` when it has an API key or a base URL of a local server; else NoAPIKeyError."""
     if config.api_key:

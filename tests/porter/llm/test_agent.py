@@ -135,6 +135,8 @@ def test_uncovered_op_ports_to_h100_and_mi300x_and_replays_offline(
     assert "variants cannot be told apart without timing" in \
         summary["targets"]["h100"]["stop_reason"]
     assert any("r1c1: passed" in line for line in lines)
+    # the key is never written into the run folder
+    assert not [p for p in run.rglob("*") if p.is_file() and b"test-key" in p.read_bytes()]
 
     _no_network(monkeypatch)
     replay_run, replay_packs = _replay(SPEC, ["h100", "mi300x"], run, tmp_path)
