@@ -22,7 +22,7 @@ from porter.llm.config import require_key
 
 def agent_port(spec: str | None, targets: list[str], out_dir: str, run_dir: Path, *,
                replay: str | None = None, replace: bool = False,
-               verbose: bool = False) -> int | None:
+               verbose: bool = False) -> int | None:  # noqa: ARG001 - every line is shown
     """Run the Claude agent (or replay a recorded run); the exit status, or None: no key, the
     offline porter should run (the line saying so is printed)."""
     from porter.llm.agent import RUN_FILE
@@ -46,10 +46,9 @@ def agent_port(spec: str | None, targets: list[str], out_dir: str, run_dir: Path
                 return None
         assert spec is not None
         client = make_client(config, run_dir, replay=replay)
-        say = click.echo if verbose else (lambda line: click.echo(line) if "stopped" in line
-                                          or "plan:" in line else None)
+        # one line per plan, per judged candidate and per stop: few enough to always show
         result = run_agent(spec, targets, out_dir, run_dir=run_dir, client=client,
-                           config=config, progress=say, replace_pack=replace)
+                           config=config, progress=click.echo, replace_pack=replace)
     except PorterError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
