@@ -501,8 +501,11 @@ def device_answers(hw: HardwareModel) -> Iterator[None]:
 # --- why a kernel cannot build for a target -------------------------------------------------
 
 _BLOCKERS = (
-    (r"inline_asm_elementwise\([^)]*?(?:\.reg|mov\.|cvt\.|ld\.global|st\.global|%%)",
+    # inline assembly is PTX unless it reads as AMDGCN (v_*/s_* instructions)
+    (r"inline_asm_elementwise\(\s*(?:asm\s*=\s*)?[\"'](?!\s*[vs]_)",
      "nvidia", "inline PTX (tl.inline_asm_elementwise)"),
+    (r"inline_asm_elementwise\(\s*(?:asm\s*=\s*)?[\"']\s*[vs]_", "amd",
+     "inline AMDGCN assembly (tl.inline_asm_elementwise)"),
     (r"triton\.language\.extra\.cuda|extra\.cuda\.libdevice|libdevice\.cuda",
      "nvidia", "CUDA libdevice (triton.language.extra.cuda)"),
     (r"triton\.language\.extra\.hip|extra\.hip\.libdevice", "amd",
