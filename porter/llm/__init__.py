@@ -10,5 +10,6 @@ inputs.py     what the model is shown of the op: reference, Triton or CUDA C++ k
 roles.py      the Claude implementations of porter.roles' interfaces
 judge.py      the harness on an untrusted kernel, in child processes with time limits
 agent.py      the loop: plan, write, judge, debug, profile, search, keep or revert, stop
+run.py        one run over every target: the pack, the summary; the client (SDK or replay)
 cli.py        the port command's side: run, replay, the cost line
 """

@@ -25,9 +25,9 @@ def agent_port(spec: str | None, targets: list[str], out_dir: str, run_dir: Path
                verbose: bool = False) -> int | None:  # noqa: ARG001 - every line is shown
     """Run the Claude agent (or replay a recorded run); the exit status, or None: no key, the
     offline porter should run (the line saying so is printed)."""
-    from porter.llm.agent import RUN_FILE
-    from porter.llm.agent import make_client
-    from porter.llm.agent import run_agent
+    from porter.llm.run import RUN_FILE
+    from porter.llm.run import make_client
+    from porter.llm.run import run_agent
 
     try:
         config = load_config()

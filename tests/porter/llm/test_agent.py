@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from porter.ledger import Ledger
-from porter.llm.agent import make_client
-from porter.llm.agent import run_agent
 from porter.llm.config import LLMConfig
 from porter.llm.record import read_exchanges
+from porter.llm.run import make_client
+from porter.llm.run import run_agent
 from porter.pack import read_manifest
 from porter.pack import sha256_file
 from porter.pack import verify_pack

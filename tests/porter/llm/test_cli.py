@@ -57,6 +57,7 @@ def test_port_agent_claude_then_replay_offline(tmp_path: Path,
 
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.delenv("ANTHROPIC_BASE_URL")
+    monkeypatch.setenv("PORTER_LLM_MODEL", "claude-another")  # the replay uses the recorded one
     again = CliRunner().invoke(main, ["port", "--replay", str(run), "--out",
                                       str(tmp_path / "packs2"),
                                       "--run-dir", str(tmp_path / "replayed")])
@@ -73,3 +74,11 @@ def test_replay_of_a_folder_that_is_no_agent_run_is_one_line(tmp_path: Path) -> 
                                     str(tmp_path / "r")])
     assert res.exit_code == 2
     assert "not a recorded agent run (no llm/run.json)" in res.output
+
+
+def test_an_uncovered_op_offline_points_to_the_agent(tmp_path: Path) -> None:
+    res = CliRunner().invoke(main, ["port", str(SPEC), "--targets", "h100", "--out",
+                                    str(tmp_path / "packs"), "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2
+    assert "no code-generation template covers" in res.output
+    assert "--agent claude asks Claude to write it (docs/LLM.md)" in res.output
