@@ -44,6 +44,11 @@ from porter.model_graph import find_groups
 log = logging.getLogger(__name__)
 
 
+# torch.library namespace of the custom ops registered here (groups with several outputs);
+# single-output groups use the loader's `register_custom_op` (torch.ops.kernel_porter.<op>).
+MULTI_OUTPUT_NAMESPACE = "kernel_porter_groups"
+
+
 class PatchError(PorterError):
     """The model or the packs cannot be used for a patch; the message says why."""
 
@@ -131,16 +136,15 @@ def _custom_op(packed: Any, n_in: int, n_out: int) -> Any:
     if n_out == 1:
         return _overload(packed.register_custom_op())
     # The loader's registration returns one tensor; a group with several outputs (residual add +
-    # RMSNorm gives the sum and the norm) needs a tuple, so it is registered here the same way.
-    from porter.loader import _LIB_NAMESPACE
-
+    # RMSNorm gives the sum and the norm) needs a tuple, so it is registered here the same way,
+    # in a namespace of its own (the loader's is its private business).
     name, k = packed.op, 1
-    while hasattr(getattr(torch.ops, _LIB_NAMESPACE), name):
+    while hasattr(getattr(torch.ops, MULTI_OUTPUT_NAMESPACE), name):
         k += 1
         name = f"{packed.op}_{k}"
     args = ", ".join(f"Tensor a{i}" for i in range(n_in))
     rets = ", ".join("Tensor" for _ in range(n_out))
-    lib_name = f"{_LIB_NAMESPACE}::{name}"
+    lib_name = f"{MULTI_OUTPUT_NAMESPACE}::{name}"
 
     def impl(*a: torch.Tensor) -> tuple[torch.Tensor, ...]:
         return tuple(packed(*a))
@@ -154,7 +158,7 @@ def _custom_op(packed: Any, n_in: int, n_out: int) -> Any:
 
 
 def _overload(op: Any) -> Any:
-    """The custom op's OpOverload (`torch.ops.kernel_porter.<name>.default`): what fx graphs and
+    """The custom op's OpOverload (`torch.ops.<namespace>.<name>.default`): what fx graphs and
     torch.compile call."""
     ns, name = op._qualname.split("::")
     return getattr(getattr(torch.ops, ns), name).default
