@@ -14,6 +14,7 @@ records the verdict with the candidate at tier "emulated" when it passed.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import subprocess
@@ -133,7 +134,9 @@ class _Worker:
         repo = str(Path(__file__).resolve().parents[1])
         env = {**os.environ,
                "PYTHONPATH": os.pathsep.join(filter(None, [repo, os.environ.get("PYTHONPATH")]))}
-        self.stderr = tempfile.TemporaryFile(mode="w+")
+        if self.stderr is not None:
+            self.stderr.close()
+        self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
         return subprocess.Popen([sys.executable, "-c", "from porter.emulated import serve; serve()"],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=self.stderr, text=True, env=env, bufsize=1)
@@ -142,6 +145,9 @@ class _Worker:
         if self.proc is not None:
             self.proc.kill()
             self.proc.wait()
+            for stream in (self.proc.stdin, self.proc.stdout):
+                if stream is not None:
+                    stream.close()
         self.proc = None
 
     def _stderr_tail(self) -> str:
@@ -175,14 +181,32 @@ class _Worker:
                 if not line:  # the worker died
                     code = proc.wait()
                     tail = self._stderr_tail()
-                    self.proc = None
+                    self._stop()
                     return {"passed": False, "tolerances": "",
                             "message": f"emulated check crashed (exit {code}): {tail}"}
                 if line.startswith(_RESULT):
                     return json.loads(line[len(_RESULT):])
 
 
+    def close(self) -> None:
+        """End the worker: its stdin closed, it finishes its loop (killed after 5 s)."""
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                if stream is not None:
+                    stream.close()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self.stderr is not None:
+            self.stderr.close()
+            self.stderr = None
+
+
 _WORKER = _Worker()
+atexit.register(_WORKER.close)
 
 
 def serve() -> None:
