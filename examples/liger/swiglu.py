@@ -9,7 +9,10 @@ NAME = "liger_swiglu"
 SHAPES = [(4096, 4096), (4096, 14336)]
 INTERPRET_SHAPES = [(7, 129), (9, 1000)]
 SMOKE_SHAPE = (7, 129)
-DTYPES = [torch.bfloat16, torch.float32]
+# No bf16: Liger multiplies silu(a) by b in bf16, and Triton 3.9's interpreter computes a
+# bf16 x bf16 product from the bit patterns (1.92 * -0.245 gave 2.99e9, 2026-11-26), so the
+# CPU check of any bf16 arithmetic is wrong; on a GPU bf16 is fine.
+DTYPES = [torch.float16, torch.float32]
 TRITON_KERNEL = "liger_kernel.ops.swiglu:_swiglu_forward_kernel"
 TRITON_LAUNCHER = "liger_kernel.ops.swiglu:swiglu_forward"
 
