@@ -15,12 +15,16 @@ Two kinds of file are accepted, told apart by what they define:
        INTERPRET_SHAPES = [(7, 129), ...]        # optional: reduced shapes for the CPU tier
        SMOKE_SHAPE = (7, 129)                    # optional; default INTERPRET_SHAPES[0]
        ODD_SHAPES = [(1, 7), ...]                # optional; default: the judge's
-       TRITON_KERNEL = "kernel.py::_rmsnorm_fwd_kernel"    # optional starting-point kernel,
+       TRITON_KERNEL = "kernel.py::_rmsnorm_fwd_kernel"    # optional: the user's kernel,
        TRITON_LAUNCHER = "kernel.py::rmsnorm_forward"      # ... and its launcher, relative
-       TUNABLES = {"BLOCK_N": [1024, 2048], "num_warps": [4, 8]}   # to the spec file
-       def TRITON_CONSTEXPRS(shape, dtype): ...  # optional: the existing kernel's constexprs
-                                                 # (and num_warps/num_stages) as its launcher
-                                                 # picks them at `shape` (for cross-compiling)
+       TUNABLES = {"BLOCK_N": [1024, 2048], "num_warps": [4, 8]}   # to the spec file, or by
+                                                 # import path "package.module:name"
+       def TRITON_CALL(launcher, *inputs): ...   # optional: call a launcher that does not take
+                                                 # (*inputs, out=) and return the output
+       def TRITON_CONSTEXPRS(shape, dtype): ...  # optional override: the kernel's constexprs
+                                                 # (and num_warps/num_stages) at `shape`;
+                                                 # without it the launcher's launches are
+                                                 # recorded (porter.recorder, porter.user_kernel)
        def BYTES(inputs, outputs): ...           # optional: bytes that must move
        def FLOPS(inputs, outputs): ...           # optional: FLOPs that must be done
        def ADVERSARIAL(shape, dtype, device, generator): ...  # optional extra cases
