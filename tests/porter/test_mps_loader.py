@@ -189,3 +189,13 @@ def test_32_bit_kernel_refuses_a_buffer_it_cannot_address(source: str) -> None:
     with pytest.raises(metal_host.DispatchError, match="32-bit indices"):
         metal_host.plan(disp, (big, torch.empty(2, device="meta")), [torch.empty(2, 2,
                                                                              device="meta")])
+
+
+def test_pack_show_names_the_tier_and_the_unknown_error(tmp_path: Path, source: str) -> None:
+    from porter.pack import summary_rows
+    from porter.pack import tier_rank
+
+    manifest = yaml.safe_load((_pack(tmp_path, source) / "manifest.yaml").read_text())
+    (row,) = summary_rows(manifest)
+    assert "emulated" in row and any("projected, error unknown" in str(c) for c in row)
+    assert tier_rank("interpreted") < tier_rank("emulated") < tier_rank("measured")
