@@ -32,18 +32,14 @@ import inspect
 import logging
 import re
 import threading
-from collections.abc import Callable
-from collections.abc import Iterator
-from dataclasses import dataclass
-from dataclasses import field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
-    from targets.base import KernelRef
-    from targets.base import LaunchConfig
+    from targets.base import KernelRef, LaunchConfig
 
 log = logging.getLogger(__name__)
 
@@ -289,8 +285,7 @@ def intercept(hw: HardwareModel | None = None, *, overrides: dict[str, Any] | No
         The list the launches are appended to, in order.
     """
     from triton.runtime import autotuner as at
-    from triton.runtime import jit
-    from triton.runtime import interpreter
+    from triton.runtime import interpreter, jit
 
     launches: list[Launch] = []
     over = dict(overrides or {})
@@ -388,7 +383,7 @@ def record(call: Callable[[], Any], hw: HardwareModel | None = None, *,
             call()
         except RecordError:
             raise
-        except Exception as exc:  # noqa: BLE001 - user code; one line says what failed
+        except Exception as exc:
             raise RecordError(f"{what} raised {type(exc).__name__}: "
                               f"{' '.join(str(exc).split())[:300]}") from exc
     if not launches:
@@ -521,7 +516,7 @@ def blocker(source: str, hw: HardwareModel, error: str = "") -> str:
     known does (the compiler's own `error`, shortened, is the fallback when given)."""
     vendor = hw.vendor
     for pattern, needs, what in _BLOCKERS:
-        if not re.search(pattern, source, re.S):
+        if not re.search(pattern, source, re.DOTALL):
             continue
         if needs == "nvidia" and vendor != "nvidia":
             return f"{what} does not build for {hw.name} ({hw.build.arch})"

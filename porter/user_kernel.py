@@ -32,17 +32,18 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from porter.errors import SpecError
-from porter.recorder import AUTOTUNE_KEY
-from porter.recorder import OPTION_NAMES
-from porter.recorder import Launch
-from porter.recorder import RecordError
-from porter.recorder import innermost
-from porter.recorder import intercept
-from porter.recorder import record
+from porter.recorder import (
+    AUTOTUNE_KEY,
+    OPTION_NAMES,
+    Launch,
+    RecordError,
+    innermost,
+    intercept,
+    record,
+)
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -231,12 +232,12 @@ def record_at(spec: Any, problem: Any, hw: HardwareModel, shape: tuple[int, ...]
                         MAX_CPU_RECORD_ELEMENTS:
                     break
                 inputs = problem.make_inputs(tuple(shape), dtype, torch.device("cpu"), gen)
-        except Exception as exc:  # noqa: BLE001 - the spec's code
+        except Exception as exc:
             raise RecordError(f"make_inputs{tuple(shape)} raised {type(exc).__name__}: {exc}") \
                 from exc
         try:
-            return record(lambda: launcher(*inputs, out=None, **knobs), hw, overrides=over,
-                          what=what)
+            return record(lambda args=tuple(inputs): launcher(*args, out=None, **knobs), hw,
+                          overrides=over, what=what)
         except RecordError as exc:
             first_error = first_error or exc
     assert first_error is not None
@@ -381,8 +382,7 @@ def must_check(session: Any, target: str, bucket: str, dname: str,
     """Whether a user-kernel candidate is checked even though its projection cannot beat the
     kept kernel: the user's kernel is the subject of the port, so its shipped config and its
     best-projected retuned one are always checked (both usually share one check)."""
-    from targets.tiers import Tier
-    from targets.tiers import tier_rank
+    from targets.tiers import Tier, tier_rank
 
     if config.get("origin") != ORIGIN:
         return False

@@ -18,13 +18,10 @@ backend runs no Triton (Metal) is *not offered* the kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from dataclasses import field
-from typing import TYPE_CHECKING
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from porter.user_kernel import ORIGIN
-from porter.user_kernel import is_shipped
+from porter.user_kernel import ORIGIN, is_shipped
 from targets.tiers import tier_rank
 
 if TYPE_CHECKING:

@@ -34,5 +34,5 @@ def make_inputs(shape, dtype, device, generator):
 
 
 def BYTES(inputs, outputs) -> int:
-    x, w, b = inputs
+    x, w, _ = inputs
     return 2 * x.numel() * x.element_size() + 2 * w.numel() * w.element_size()

@@ -95,7 +95,7 @@ def test_five_targets_user_kernel_only_and_the_pack_runs_it(tmp_path: Path) -> N
         "torch.testing.assert_close(y, torch.softmax(x, -1), atol=1e-5, rtol=1e-5)\n"
         "print('ok')\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          cwd=ROOT, timeout=180,
+                          cwd=ROOT, timeout=180, check=False,
                           env={**os.environ, "TRITON_INTERPRET": "1",
                                "PORTER_CHECK_TARGET": "mi300x"})
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
