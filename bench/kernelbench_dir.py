@@ -75,8 +75,8 @@ def check_one(path: Path) -> dict[str, Any]:
     import torch
 
     from harness.check import check as harness_check
-    from porter.commands._common import generated_candidate
-    from porter.commands._common import generated_module
+    from porter.commands.common import generated_candidate
+    from porter.commands.common import generated_module
     from porter.errors import PorterError
     from porter.spec import load_spec
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from porter.codegen.errors import UnsupportedOpError
-from porter.commands._common import generated_candidate
-from porter.commands._common import generated_module
-from porter.commands._common import set_interpreter
+from porter.commands.common import generated_candidate
+from porter.commands.common import generated_module
+from porter.commands.common import set_interpreter
 from porter.kernelbench import kernelbench_problem
 from porter.spec import load_spec
 
