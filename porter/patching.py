@@ -195,11 +195,12 @@ def _judged(rep: Replacement, ours_ms: float, compiled_ms: float) -> bool:
 def patch(model: torch.nn.Module,
           packs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], *,
           example_inputs: Sequence[Any], check: bool = True, judge: bool | None = None,
-          source: dict[str, Any] | None = None, hw_name: str | None = None) -> PatchResult:
+          source: dict[str, Any] | None = None, hw_name: str | None = None,
+          inplace: bool = False) -> PatchResult:
     """Replace the model's fused groups that have a pack with the pack's kernel.
 
     Args:
-        model: the model (not modified).
+        model: the model (not modified unless `inplace`).
         packs: a packs folder (one pack per group, as `porter port-profile` writes) or a list
             of pack folders.
         example_inputs: inputs to trace with and to check the output on.
@@ -209,6 +210,10 @@ def patch(model: torch.nn.Module,
         source: the model's source record from `porter.model_profile` (a Hugging Face model
             is traced with transformers' tracer).
         hw_name: hardware model for the timing's flush size (default: the detected device).
+        inplace: also make `model` itself run the patched graph (its `forward` becomes the
+            patched graph's, over the same parameters and submodules), as Liger-Kernel's
+            `apply_liger_kernel_to_*` patch a model in place; only after the output check
+            passed. A Hugging Face model built by `build_hf` is patched through its wrapper.
 
     Returns:
         A `PatchResult` (`.model`, `.replacements`, `.check`, `.report()`).
@@ -287,6 +292,9 @@ def patch(model: torch.nn.Module,
             raise PatchCheckError(f"the patched model's output differs from the unpatched "
                                   f"model's: max abs error {result.check.max_abs_err:.3g} "
                                   f"({result.check.tolerance})")
+    if inplace and chosen and (result.check is None or result.check.passed):
+        model.forward = gm.forward  # type: ignore[method-assign]
+        result.model = model
     return result
 
 
