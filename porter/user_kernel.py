@@ -273,11 +273,19 @@ def compilable(fn: Any, cache: dict[Any, Any]) -> Any:
         return fn
     key = id(fn)
     if key not in cache:
-        from targets import load_kernel
+        from targets.interpreter import import_file
+        from targets.interpreter import triton_interpret
 
-        path = inspect.getsourcefile(getattr(fn, "fn", fn))
-        cache[key] = load_kernel(path, fn.__name__)
+        path = Path(inspect.getsourcefile(getattr(fn, "fn", fn)) or "")
+        with triton_interpret(False):  # the decorator decides at import: compiled, not interpreted
+            module = import_file(path, f"_porter_user_compile_{next(_COMPILE_IDS)}",
+                                 register=False, own_folder=True)
+        # the name may be bound to the @triton.autotune / @triton.heuristics wrapper
+        cache[key], _, _ = innermost(getattr(module, fn.__name__))
     return cache[key]
+
+
+_COMPILE_IDS = itertools.count()
 
 
 # --- the retune space ------------------------------------------------------------------------

@@ -70,6 +70,9 @@ def load_kernel(path: str | Path, kernel_name: str) -> Any:
             f"{', '.join(kernels) or 'none'}"
         )
     fn = getattr(module, kernel_name)
+    # @triton.autotune / @triton.heuristics wrap the JITFunction; the compile wants the kernel
+    while type(fn).__name__ in ("Autotuner", "Heuristics") and hasattr(fn, "fn"):
+        fn = fn.fn
     if not isinstance(fn, triton.runtime.JITFunction):
         raise KernelLoadError(
             f"{file}: {kernel_name!r} is a {type(fn).__name__}, not a @triton.jit function"

@@ -203,3 +203,43 @@ def test_liger_kernels_by_import_path_reach_the_interpreted_tier(example: str,
     for s in rows:
         (unit,) = s.rows
         assert unit.shipped is not None and unit.shipped.tier == "interpreted"
+
+
+AUTOTUNED_SPEC = '''
+import torch
+
+SHAPES = [(4096,)]
+INTERPRET_SHAPES = [(129,), (1000,)]
+DTYPES = [torch.float32]
+TRITON_KERNEL = "kernel.py::_scale_fwd_kernel"
+TRITON_LAUNCHER = "kernel.py::scale_forward"
+
+
+def reference(x):
+    return 2 * x
+
+
+def make_inputs(shape, dtype, device, generator):
+    return (torch.randn(*shape, generator=generator, device=device).to(dtype),)
+'''
+
+
+def test_autotuned_kernel_configs_become_its_variant_space(tmp_path: Path) -> None:
+    from porter import user_report
+    from tests.porter.test_recorder import AUTOTUNED
+
+    folder = tmp_path / "scale"
+    folder.mkdir()
+    (folder / "kernel.py").write_text(AUTOTUNED)
+    (folder / "spec.py").write_text(AUTOTUNED_SPEC)
+    res = _port(folder / "spec.py", ["h100", "mi300x"], tmp_path, (4096,),
+                allow_generated=False, max_variants=6)
+    rows = user_report.statuses(res)
+    assert {s.target: s.state for s in rows} == {"h100": "ran", "mi300x": "ran"}
+    judged = [e for e in _ledger(res) if e["config"].get("origin") == "existing"]
+    picks = {e["config"].get("autotune") for e in judged} - {None}
+    assert picks == {0, 1}, [e["config"] for e in judged]
+    # the second config's BLOCK=256 compiled as such (heuristic EVEN computed for it)
+    blocks = {e["config"].get("autotune"): e["details"]["grid"] for e in judged
+              if e["config"].get("autotune") is not None and e["verdict"] != "rejected"}
+    assert blocks == {0: 4096 // 64, 1: 4096 // 256}
