@@ -37,10 +37,10 @@ from porter.roles.base import DebugRequest
 from porter.roles.base import JudgeRequest
 from porter.roles.base import PlanRequest
 from porter.roles.base import ProfileRequest
+from porter.roles.base import RecordedCalls
 from porter.roles.base import SearchRequest
 from porter.roles.base import TargetContext
 from porter.roles.base import WriteRequest
-from porter.roles.base import record_exchange
 from porter.verdicts import cfg_text
 from porter.verdicts import failure_summary
 
@@ -52,31 +52,6 @@ if TYPE_CHECKING:
 # Debugger fixes verified per target (each a cross-compile). Fixes are checked at the compile
 # tier and reported; they do not compete for the pack, so a port keeps the configs it picked.
 MAX_FIXES_PER_TARGET = 4
-
-
-class _Calls:
-    """Calls a role and records what it saw and said in <target>/roles.jsonl."""
-
-    def __init__(self, ctx: TargetContext) -> None:
-        self.ctx, self.path = ctx, ctx.target_dir / "roles.jsonl"
-
-    def __call__(self, role: Role, method: str, request: Any) -> Any:
-        started = time.perf_counter()
-        answer = getattr(role, method)(self.ctx, request)
-        record_exchange(self.path, role, self.ctx.target, _brief(request), _brief(answer),
-                        time.perf_counter() - started)
-        return answer
-
-
-def _brief(obj: Any) -> Any:
-    """A request or answer for roles.jsonl, kernel sources replaced by their sha256."""
-    if isinstance(obj, (list, tuple)):
-        return [_brief(o) for o in obj]
-    raw = obj.to_dict() if isinstance(obj, art.Artifact) else obj
-    if isinstance(raw, dict):
-        return {k: (f"sha256:{source_hash(v)}" if k == "source" else _brief(v))
-                for k, v in raw.items()}
-    return raw
 
 
 def _save(ctx: TargetContext, role: Role, path: Path) -> Path:
@@ -98,7 +73,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     ctx = TargetContext(spec=session.spec, problem=session.problem, hw=hw, backend=backend,
                         gen_op=session.gen_op, run_dir=session.run_dir, target_dir=tdir,
                         measured_here=session.local == hw.name, session=session)
-    caps, call, say = ctx.capabilities(), _Calls(ctx), session.progress
+    caps, call, say = ctx.capabilities(), RecordedCalls(ctx), session.progress
     pairs = session.unit_pairs()
     shapes = list(dict.fromkeys(s for s, _ in pairs))
     ctx.plan = plan = call(team.planner, "plan", PlanRequest(
@@ -227,7 +202,7 @@ def _details(session: PortSession, row: art.BenchRow) -> dict[str, Any]:
     return {}
 
 
-def _verify_fix(ctx: TargetContext, team: Team, call: _Calls, diag: art.Diagnosis,
+def _verify_fix(ctx: TargetContext, team: Team, call: RecordedCalls, diag: art.Diagnosis,
                 shape: tuple[int, ...]) -> tuple[art.Diagnosis, art.KernelSource | None]:
     """The Debugger's fix written and compiled for the target: fixed when it fits now."""
     from dataclasses import replace
@@ -247,7 +222,7 @@ def _verify_fix(ctx: TargetContext, team: Team, call: _Calls, diag: art.Diagnosi
 
 
 def _choice(session: PortSession, target: str, shape: tuple[int, ...], dname: str, bucket: str,
-            kernels: tuple[art.KernelSource, ...], team: Team, call: _Calls,
+            kernels: tuple[art.KernelSource, ...], team: Team, call: RecordedCalls,
             ) -> BucketChoice | None:
     """The kept kernel of one unit as the pack will hold it (its source written again)."""
     import logging

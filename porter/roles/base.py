@@ -18,6 +18,7 @@ ledger keeps or reverts. Implementations are chosen per role (`Team`); the rule-
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass
@@ -312,3 +313,32 @@ def record_exchange(path: Path, role: Role, target: str, request: Artifact | dic
     with path.open("a") as fh:
         fh.write(json.dumps(ex.to_dict(), sort_keys=True, default=str) + "\n")
     return ex
+
+
+class RecordedCalls:
+    """Calls a role's method for one target and records what it saw and said (request and
+    answer, kernel sources as their sha256) in `<target>/roles.jsonl`."""
+
+    def __init__(self, ctx: TargetContext) -> None:
+        self.ctx, self.path = ctx, ctx.target_dir / "roles.jsonl"
+
+    def __call__(self, role: Role, method: str, request: Any) -> Any:
+        started = time.perf_counter()
+        answer = getattr(role, method)(self.ctx, request)
+        record_exchange(self.path, role, self.ctx.target, _brief(request), _brief(answer),
+                        time.perf_counter() - started)
+        return answer
+
+
+def _brief(obj: Any) -> Any:
+    """A request or answer for roles.jsonl, kernel sources replaced by their sha256."""
+    if isinstance(obj, (list, tuple)):
+        return [_brief(o) for o in obj]
+    raw = obj.to_dict() if isinstance(obj, Artifact) else obj
+    if isinstance(raw, dict):
+        return {k: _sha(v) if k == "source" else _brief(v) for k, v in raw.items()}
+    return raw
+
+
+def _sha(text: str) -> str:
+    return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
