@@ -195,10 +195,14 @@ def test_liger_kernels_by_import_path_reach_the_interpreted_tier(example: str,
     pytest.importorskip("liger_kernel")
     from porter import user_report
 
-    res = _port(ROOT / "examples" / "liger" / f"{example}.py", ["h100", "mi300x"], tmp_path,
+    # every target for LayerNorm (its shipped config is the weak one); two for the others,
+    # which cost a cross-compile per target more and cover nothing new
+    targets = (["a100", "h100", "h200", "b200", "mi300x"] if example == "layernorm"
+               else ["h100", "mi300x"])
+    res = _port(ROOT / "examples" / "liger" / f"{example}.py", targets, tmp_path,
                 (256, 1000), allow_generated=False)
     rows = user_report.statuses(res)
-    assert {s.target: s.state for s in rows} == {"h100": "ran", "mi300x": "ran"}, [
+    assert {s.target: s.state for s in rows} == dict.fromkeys(targets, "ran"), [
         (s.target, s.why) for s in rows]
     for s in rows:
         (unit,) = s.rows
@@ -243,3 +247,19 @@ def test_autotuned_kernel_configs_become_its_variant_space(tmp_path: Path) -> No
     blocks = {e["config"].get("autotune"): e["details"]["grid"] for e in judged
               if e["config"].get("autotune") is not None and e["verdict"] != "rejected"}
     assert blocks == {0: 4096 // 64, 1: 4096 // 256}
+
+
+def test_liger_cross_entropy_is_cross_compiled_and_its_torch_calls_named(tmp_path: Path) -> None:
+    """Liger's cross-entropy launcher validates its targets with torch ops (ne, sum, max, min,
+    .item()): the judge's no_torch_compute guard counts them, so the user's kernel is
+    cross-compiled and retuned but cannot pass the check; the summary says so in one line."""
+    pytest.importorskip("liger_kernel")
+    from porter import user_report
+
+    res = _port(ROOT / "examples" / "liger" / "cross_entropy.py", ["mi300x"], tmp_path,
+                (256, 1000), allow_generated=False)
+    (status,) = user_report.statuses(res)
+    assert status.state == "cannot run" and "no_torch_compute" in status.why
+    judged = [e for e in _ledger(res) if e["config"].get("origin") == "existing"]
+    assert {k["kernel"] for e in judged for k in e["details"].get("kernels", [])} == {
+        "liger_cross_entropy_kernel"}
