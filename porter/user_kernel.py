@@ -273,8 +273,7 @@ def compilable(fn: Any, cache: dict[Any, Any]) -> Any:
         return fn
     key = id(fn)
     if key not in cache:
-        from targets.interpreter import import_file
-        from targets.interpreter import triton_interpret
+        from targets.interpreter import import_file, triton_interpret
 
         path = Path(inspect.getsourcefile(getattr(fn, "fn", fn)) or "")
         with triton_interpret(False):  # the decorator decides at import: compiled, not interpreted
