@@ -74,6 +74,7 @@ from harness.trial import stale_output_guard
 from harness.trial import CPU_COMPLETION_WAIT_S  # noqa: F401 - importable from here as before
 from harness.trial import SENSITIVITY_FACTOR  # noqa: F401 - importable from here as before
 from targets.interpreter import triton_interpret
+from targets.tiers import Tier
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -468,7 +469,7 @@ def _record(
             op=report.problem,
             variant=variant,
             device=hw.name if hw is not None else report.device,
-            tier="interpreted" if report.interpreted else "measured",
+            tier=Tier.INTERPRETED if report.interpreted else Tier.MEASURED,
             passed=report.passed,
             shape=report.shapes.get("smoke", ((),))[0],
             dtype=report.stages[0].dtypes[0] if report.stages and report.stages[0].dtypes else "",

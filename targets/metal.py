@@ -29,6 +29,7 @@ from targets.base import TargetBackend
 from targets.triton_common import fit_reasons
 from targets.triton_common import knob_reasons
 from targets.triton_common import launch_reasons
+from targets.tiers import Tier
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -224,7 +225,7 @@ class MetalBackend(TargetBackend):
             target=hw.name,
             backend=self.name,
             arch=hw.build.arch,
-            tier="emitted",
+            tier=Tier.EMITTED,
             fits=not reasons,
             reasons=tuple(reasons),
             resources=resources,

@@ -1,7 +1,8 @@
 """Verification tiers: how far a kernel got, lowest to highest (DESIGN.md, "Verification tiers").
 
-The one owner of the tier names. `Tier` is a `StrEnum`, so a tier compares equal to its name
-("compiled" == Tier.COMPILED), formats as it, and serialises to it in JSON, YAML and SQLite.
+The one owner of the tier names. `Tier.COMPILED` is the plain string "compiled" (not an enum
+member), so a tier goes into JSON, YAML, SQLite and f-strings as its name with no conversion;
+`TierName` types it.
 
 | tier        | meaning                                                                      |
 |-------------|------------------------------------------------------------------------------|
@@ -14,20 +15,27 @@ The one owner of the tier names. `Tier` is a `StrEnum`, so a tier compares equal
 
 from __future__ import annotations
 
-from enum import StrEnum
+from typing import Final
+from typing import Literal
+
+TierName = Literal["emitted", "compiled", "interpreted", "emulated", "measured"]
 
 
-class Tier(StrEnum):
-    EMITTED = "emitted"
-    COMPILED = "compiled"
-    INTERPRETED = "interpreted"
-    EMULATED = "emulated"
-    MEASURED = "measured"
+class Tier:
+    """The tier names as constants: Tier.EMITTED ... Tier.MEASURED."""
+
+    EMITTED: Final = "emitted"
+    COMPILED: Final = "compiled"
+    INTERPRETED: Final = "interpreted"
+    EMULATED: Final = "emulated"
+    MEASURED: Final = "measured"
 
 
-TIERS: tuple[str, ...] = tuple(t.value for t in Tier)  # lowest to highest
+# lowest to highest
+TIERS: tuple[str, ...] = (Tier.EMITTED, Tier.COMPILED, Tier.INTERPRETED, Tier.EMULATED,
+                          Tier.MEASURED)
 # "correct on a CPU": the checked tiers below measured (what the pack loader may run on a CPU)
-CHECKED_ON_CPU: tuple[str, ...] = (Tier.INTERPRETED.value, Tier.EMULATED.value)
+CHECKED_ON_CPU: tuple[str, ...] = (Tier.INTERPRETED, Tier.EMULATED)
 
 
 def tier_rank(tier: str) -> int:

@@ -35,6 +35,7 @@ from targets.base import (
 from targets.triton_source import build_source
 from targets.triton_source import source_signature
 from targets.triton_source import split_hint  # noqa: F401 - importable from here as before
+from targets.tiers import Tier
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -212,7 +213,7 @@ class TritonBackend(TargetBackend):
             target=hw.name,
             backend=self.name,
             arch=hw.build.arch,
-            tier="compiled",
+            tier=Tier.COMPILED,
             fits=not reasons,
             reasons=tuple(reasons),
             resources=resources,

@@ -167,7 +167,7 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
         passed, msg, tol = session.checks[ckey]
         p.details["check"] = {"key": ckey, "interpreted": False, "passed": passed,
                               "message": msg, "tolerances": tol}
-        session.record(hw, backend.name, "measured" if passed else "compiled", passed,
+        session.record(hw, backend.name, Tier.MEASURED if passed else Tier.COMPILED, passed,
                      p.cand.config, shape, dname, message=msg)
         if not passed:
             record_verdict(session, hw, bucket, dname, shape, p, passed=False, why=msg)
@@ -199,7 +199,7 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
         record_verdict(session, hw, bucket, dname, shape, p, passed=False, why=roof.message)
         return tol
     p.tier = Tier.MEASURED
-    session.record(hw, backend.name, "measured", True, p.cand.config, shape, dname,
+    session.record(hw, backend.name, Tier.MEASURED, True, p.cand.config, shape, dname,
                  metrics={"median_ms": t.median_ms, "pct_peak": roof.pct_peak,
                           "speedup_vs_eager": p.numbers["speedup_vs_eager"]},
                  spread={"p20_ms": t.p20_ms, "p80_ms": t.p80_ms}, message=roof.message)

@@ -60,7 +60,7 @@ def interpreted_eval(session: PortSession, hw: HardwareModel, backend: TargetBac
         session.checks_run += 1
         session.checks_spent += 1
         session.checks[ckey] = (res["passed"], res["message"], res["tolerances"])
-        session.record(hw, backend.name, "interpreted", res["passed"], p.cand.config, shape,
+        session.record(hw, backend.name, Tier.INTERPRETED, res["passed"], p.cand.config, shape,
                      dname, message=res["message"])
     else:
         session.checks_shared += 1
