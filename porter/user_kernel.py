@@ -60,6 +60,8 @@ CHECK_TARGET_ENV = "PORTER_CHECK_TARGET"
 DEFAULT_WARPS = (2, 4, 8, 16)
 # AMD: waves per EU the compiler aims for (occupancy hint); offered beside the shipped warps.
 AMD_WAVES_PER_EU = (1, 2)
+# AMD: MFMA instruction shape (16x16 or 32x32) for kernels with tl.dot.
+AMD_MFMA_NONKDIM = (16, 32)
 # Meta tensors cost nothing; a launcher that needs data is recorded on CPU tensors up to this.
 MAX_CPU_RECORD_ELEMENTS = 1 << 26
 
@@ -335,6 +337,8 @@ def configs(spec: Any, problem: Any, hw: HardwareModel, backend: Any, shape: tup
     combos += [{AUTOTUNE_KEY: i} for i in range(len(autotuned))]
     if hw.vendor == "amd":
         combos += [{"waves_per_eu": w} for w in AMD_WAVES_PER_EU]
+        if "tl.dot" in (spec.triton_kernel.source or ""):  # MFMA tile shape, matmuls only
+            combos += [{"matrix_instr_nonkdim": k} for k in AMD_MFMA_NONKDIM]
     rejected: list[tuple[dict[str, Any], str]] = []
     kept: list[dict[str, Any]] = []
     seen = set()
