@@ -285,7 +285,7 @@ def run_suite(out_dir: str | Path, ops: Sequence[str], *, reps: int = 50,
     tasks = [Task(key=f"suite-{op}", fn=task, args=(op, str(out), reps)) for op in ops]
 
     def to_records(value: dict[str, Any]) -> list[Any]:
-        from porter.compare import suite_records
+        from porter.suite_import import suite_records
 
         return suite_records(value["dir"])
 

@@ -40,7 +40,7 @@ def import_cmd(run_dirs: tuple[str, ...], store_path: str) -> None:
     """Import suite result folders (rows.jsonl from `python -m bench.suite`) into a store."""
     from harness.store import ResultsStore
     from harness.store import StoreError
-    from porter.compare import suite_records
+    from porter.suite_import import suite_records
     from porter.errors import PorterError
 
     try:
