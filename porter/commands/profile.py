@@ -100,9 +100,10 @@ def port_profile_cmd(profile: str, top: int, targets: str, out_dir: str, run_dir
 
 def run_port_profile(profile: str, *, top: int, targets: list[str], out_dir: str,
                      run_dir: str | None, max_variants: int | None = None,
-                     max_checks: int | None = None) -> int:
+                     max_checks: int | None = None, **port_kwargs: object) -> int:
     """The body of `porter port-profile` (and of `porter port --from-profile`); the exit code:
-    0 every group got a kernel for every target, 1 some did not, 2 bad input (one line)."""
+    0 every group got a kernel for every target, 1 some did not, 2 bad input (one line).
+    `port_kwargs` go to `porter.port.port` (exhaustive, time_budget_s, ...)."""
     from porter.errors import PorterError
     from porter.from_profile import port_from_profile
     from porter.model_profile import read_profile
@@ -115,7 +116,7 @@ def run_port_profile(profile: str, *, top: int, targets: list[str], out_dir: str
         prof = read_profile(profile)
         results = port_from_profile(prof, top=top, targets=targets, out_dir=out_dir, run_dir=rd,
                                     max_variants=max_variants, max_checks=max_checks,
-                                    progress=click.echo)
+                                    progress=click.echo, **port_kwargs)
     except PorterError as exc:
         click.echo(f"error: {exc}", err=True)
         return 2
