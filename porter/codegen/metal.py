@@ -345,7 +345,7 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     plan = op.plan
     assert plan is not None
     em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
-    coord_lines, rc = rowwise._row_coords(plan, args, dialect="metal")
+    coord_lines, rc = rowwise.row_coords(plan, args, dialect="metal")
     coord_lines = [re.sub(r"^long ", "const idx_t ", ln) for ln in coord_lines]
     em.row_coords, em.row_sizes, em.reduce_dim = rc, plan.row_shape, plan.dim
     full = list(rc)
@@ -377,10 +377,10 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     em.indent += 1
     for j, (o, kind) in enumerate(outs):
         if kind == "row":
-            _store(em, args, j, o, rowwise._coords_for(plan, o, rc), io)
+            _store(em, args, j, o, rowwise.coords_for(plan, o, rc), io)
     for i, p in enumerate(plan.post):
         x = p.args[0]
-        val = em.eval(x, rowwise._coords_for(plan, x, rc))
+        val = em.eval(x, rowwise.coords_for(plan, x, rc))
         args.add(f"tmp{i}", "", f"ptr:tmp{i}")
         em.emit(f"tmp{i}[rows] = (float)({val});")
     em.indent -= 1
