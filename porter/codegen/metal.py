@@ -21,6 +21,7 @@ grid and threadgroup sizes) as one `// porter-dispatch: {json}` line, read by
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -516,7 +517,8 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
                   max_elements: int) -> list[dict[str, Any]]:
     """Metal configs for `op` at these problem sizes, pruned by the device model.
 
-    threads per threadgroup: multiples of the SIMD width up to the device's maximum; rows per
+    threads per threadgroup: multiples of the SIMD width up to the device's maximum, and enough
+    of them that a thread walks at most 16 vectors of a row; rows per
     threadgroup: 1 (threadgroup-wide rows) or one SIMD-group per row, offered only for rows
     no wider than 8 SIMD widths (a SIMD-group walks the row alone); a threadgroup's partials
     (threads/32 floats) must fit the device's threadgroup memory; vec 1, 2 or 4 (used only when
@@ -556,6 +558,11 @@ def variant_space(op: GeneratedOp, hw: HardwareModel | None, sizes: dict[str, in
         for vec in (1, 2, 4):
             if t * vec > 2 * max(n_cols, simd) and t > simd:
                 continue  # most threads would have no column
+            # at most 16 vectors per thread per pass over a row (or the device's widest
+            # threadgroup): a narrower threadgroup leaves a wide row to a few SIMD-groups
+            need = 1 << max(0, math.ceil(math.log2(max(1, -(-n_cols // (16 * vec))))))
+            if t < min(need, widths[-1]):
+                continue
             out.append({"strategy": "metal", "threads": t, "rows": 1, "vec": vec,
                         "index": index})
             if t > simd and n_cols <= 8 * simd * vec:
