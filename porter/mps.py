@@ -6,9 +6,10 @@ grid in threadgroups and the threads per threadgroup. `MetalRunner(source)` bind
 inputs and outputs with it and launches:
 
 - tensors on "mps": `torch.mps.compile_shader(source)` once, then per launch
-  `lib.<kernel>(*buffers, threads=[grid * group per dim], group_size=[group])`: PyTorch
-  dispatches *threads* (dispatchThreads), so the threadgroup grid is multiplied out, and a Python
-  int is bound as a 64-bit integer, which is what every generated scalar (`constant long&`) is;
+  `lib.<kernel>(*buffers, threads=[grid * group per dim], group_size=[group])` (one to three
+  dims, trailing 1s dropped, both lists of one length): PyTorch dispatches *threads*
+  (dispatchThreads), so the threadgroup grid is multiplied out, and a Python int is bound as a
+  64-bit integer, which is what every generated scalar (`constant long&`) is;
 - tensors on "cpu": the CPU Metal executor (targets.metal_exec): correct, not fast;
 - anywhere else, or where PyTorch has no `torch.mps.compile_shader` (MPS missing): `unavailable`
   says why and the loader runs the reference.
@@ -52,6 +53,15 @@ def mps_unavailable() -> str | None:
     return None
 
 
+def mps_sizes(launch: metal_host.Launch) -> tuple[list[int], list[int]]:
+    """`threads` and `group_size` for PyTorch's kernel call: it dispatches threads, so the grid
+    of threadgroups is multiplied out; both of one length (1 to 3), trailing 1s dropped."""
+    threads = [g * t for g, t in zip(launch.threadgroups, launch.threads, strict=True)]
+    group = list(launch.threads)
+    dims = max([1] + [d + 1 for d in range(3) if threads[d] > 1 or group[d] > 1])
+    return threads[:dims], group[:dims]
+
+
 class MetalRunner:
     """One Metal file of a pack, runnable through MPS (Mac) or the CPU executor."""
 
@@ -88,10 +98,8 @@ class MetalRunner:
         if backend_for(first.device) == "mps":
             lib = self._mps_library()
             for ln in launches:
-                fn = getattr(lib, ln.kernel)
-                fn(*ln.args, threads=[g * t for g, t in zip(ln.threadgroups, ln.threads,
-                                                           strict=True)],
-                   group_size=list(ln.threads))
+                threads, group = mps_sizes(ln)
+                getattr(lib, ln.kernel)(*ln.args, threads=threads, group_size=group)
                 self.calls += 1
         else:
             prog = self._executor()

@@ -96,6 +96,7 @@ class FakeMPS:
                         else:
                             assert type(a) is int and p.type == "long", (p.name, a, p.type)
                     assert isinstance(threads, list) and isinstance(group_size, list)
+                    assert 1 <= len(threads) == len(group_size) <= 3
                     assert all(t % g == 0 for t, g in zip(threads, group_size, strict=True))
                     groups = [t // g for t, g in zip(threads, group_size, strict=True)]
                     fake.calls.append({"kernel": kernel, "threads": threads,
@@ -144,7 +145,7 @@ def test_mps_path_makes_the_calls_pytorch_expects(tmp_path: Path, source: str,
     assert fake_mps.sources == [(pack / "apple/m4/rmsnorm_t_4096x4096_fp32.metal").read_text()]
     (call,) = fake_mps.calls
     assert call["kernel"] == "porter_rmsnorm_t"
-    assert call["group_size"] == [64, 1, 1] and call["threads"] == [6 * 64, 1, 1]
+    assert call["group_size"] == [64] and call["threads"] == [6 * 64]
     assert call["args"][0] is x and call["args"][4] is w  # buffers in the kernel's order
     out = torch.full_like(x, float("nan"))
     assert op(x, w, out=out) is out
@@ -200,3 +201,9 @@ def test_pack_show_names_the_tier_and_the_unknown_error(tmp_path: Path, source: 
     assert "emulated" in row
     assert any("projected" in str(c) and "error unknown" in str(c) for c in row)
     assert tier_rank("interpreted") < tier_rank("emulated") < tier_rank("measured")
+
+
+def test_mps_sizes_for_a_2d_grid() -> None:
+    ln = metal_host.Launch("k", (), (3, 5, 1), (128, 1, 1))
+    assert mps.mps_sizes(ln) == ([384, 5], [128, 1])
+    assert mps.mps_sizes(metal_host.Launch("k", (), (1, 1, 1), (1, 1, 1))) == ([1], [1])
