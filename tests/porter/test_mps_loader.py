@@ -207,3 +207,17 @@ def test_mps_sizes_for_a_2d_grid() -> None:
     ln = metal_host.Launch("k", (), (3, 5, 1), (128, 1, 1))
     assert mps.mps_sizes(ln) == ([384, 5], [128, 1])
     assert mps.mps_sizes(metal_host.Launch("k", (), (1, 1, 1), (1, 1, 1))) == ([1], [1])
+
+
+def test_matmul_runs_through_the_fake_mps_on_a_2d_grid(fake_mps: FakeMPS) -> None:
+    def linear_gelu(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.gelu(x @ w.t() + b)
+
+    x, w, b = torch.randn(40, 24), torch.randn(72, 24), torch.randn(72)
+    src = generate(linear_gelu, (x, w, b), name="lin").metal_source(
+        {"tile": 32, "bk": 8, "index": "i32", "dtype": "fp32"})
+    runner = mps.MetalRunner(src)
+    y = runner((x, w, b), None, linear_gelu)  # out allocated from the reference's meta shapes
+    torch.testing.assert_close(y, linear_gelu(x, w, b), rtol=1e-4, atol=1e-4)
+    (call,) = fake_mps.calls
+    assert call["group_size"] == [128, 1] and call["threads"] == [3 * 128, 2]  # 3 x 2 tiles
