@@ -5,6 +5,8 @@
 # and installs torch==2.13.0 only when no torch is importable: on a CPU machine that is the CPU
 # build from local disk, never a multi-GB CUDA download. Then the project (`pip install -e .`);
 # `make test` adds the test extra (`pip install -e '.[test]'`: pytest, pytest-xdist).
+# The Metal executor (M4's emulated tier) builds kernels with a C++ compiler: g++ or clang++ from
+# the system, installed with apt-get when neither is there (else M4 stays at the emitted tier).
 
 PY ?= python3
 VENV := .venv
@@ -14,6 +16,9 @@ export TRITON_DEFAULT_FP_FUSION ?= 1
 .PHONY: setup demo test
 
 $(VENV)/.installed: pyproject.toml
+	command -v g++ >/dev/null 2>&1 || command -v clang++ >/dev/null 2>&1 || \
+	  (apt-get update -qq && apt-get install -y -qq --no-install-recommends g++) || \
+	  echo "no C++ compiler: M4 kernels stay at the emitted tier (apt-get install g++)"
 	$(PY) -m venv --system-site-packages $(VENV)
 	$(VPY) -c "import torch" 2>/dev/null || $(VPY) -m pip install -q torch==2.13.0
 	$(VPY) -m pip install -q -e .
