@@ -12,7 +12,12 @@ DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
 
 
 @click.command("port")
-@click.argument("spec", type=click.Path(dir_okay=False))
+@click.argument("spec", type=click.Path(dir_okay=False), required=False)
+@click.option("--from-profile", "from_profile", type=click.Path(dir_okay=False), default=None,
+              help="Instead of SPEC: a profile from `porter profile --out`; port its --top "
+                   "best-ranked fused groups at the model's shapes (porter/from_profile.py).")
+@click.option("--top", type=click.IntRange(min=1), default=2, show_default=True,
+              help="With --from-profile: how many of the best-ranked groups to port.")
 @click.option("--targets", default=DEFAULT_TARGETS, show_default=True,
               help="Comma-separated hardware-model names or aliases.")
 @click.option("--out", "out_dir", default="packs", show_default=True, type=click.Path(),
@@ -46,11 +51,26 @@ DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
                    "user's kernel cannot run on a target it was offered to.")
 @click.option("-v", "--verbose", is_flag=True,
               help="One line per candidate (else one per shape and dtype); log at INFO level.")
-def port_cmd(spec: str, targets: str, out_dir: str, run_dir: str | None, max_variants: int | None,
-             exhaustive: bool, time_budget_s: float | None, deadline_s: float | None,
-             max_checks: int | None, store_path: str | None, no_resume: bool,
-             verbose: bool, replace: bool, allow_generated: bool) -> None:
+def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
+             max_variants: int | None, exhaustive: bool, time_budget_s: float | None,
+             deadline_s: float | None, max_checks: int | None, store_path: str | None,
+             no_resume: bool, verbose: bool, replace: bool, allow_generated: bool,
+             from_profile: str | None, top: int) -> None:
     """Port SPEC (an op spec or a KernelBench file) to every target and write its kernel pack."""
+    if (spec is None) == (from_profile is None):
+        click.echo("error: give SPEC or --from-profile PROFILE (one of them)", err=True)
+        sys.exit(2)
+    if from_profile is not None:
+        from porter.commands.profile import run_port_profile
+
+        logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                            format="%(levelname)s %(name)s: %(message)s")
+        sys.exit(run_port_profile(
+            from_profile, top=top, targets=[t.strip() for t in targets.split(",") if t.strip()],
+            out_dir=out_dir, run_dir=run_dir, max_variants=max_variants, max_checks=max_checks,
+            resume=not no_resume, store_path=store_path, exhaustive=exhaustive,
+            time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
+            replace_pack=replace))
     from tabulate import tabulate
 
     from porter.errors import PorterError

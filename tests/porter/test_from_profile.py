@@ -71,3 +71,19 @@ def test_top_must_be_positive_and_groups_must_exist(prof: dict) -> None:
     with pytest.raises(FromProfileError, match="no group the porter can take"):
         top_groups({"groups": [], "notes": ["torch.fx cannot trace X"]}, 2)
     assert len(top_groups(prof, 99)) == len(prof["groups"])
+
+
+def test_porter_port_from_profile_option(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from porter.commands.port import port_cmd
+
+    res = CliRunner().invoke(port_cmd, [])
+    assert res.exit_code == 2 and "SPEC or --from-profile" in res.output
+    res = CliRunner().invoke(port_cmd, ["x.py", "--from-profile", "p.json"])
+    assert res.exit_code == 2 and "one of them" in res.output
+    bad = tmp_path / "p.json"
+    bad.write_text("[]")
+    res = CliRunner().invoke(port_cmd, ["--from-profile", str(bad), "--top", "1",
+                                        "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "not a profile written by `porter profile --out`" in res.output
