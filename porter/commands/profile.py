@@ -4,6 +4,7 @@
         [--out PROFILE.json]
     porter profile --hf llama --size toy --out profile.json      # needs kernel-porter[models]
     porter port-profile PROFILE.json --top 2 --targets h100 --out packs/
+    porter port --from-profile PROFILE.json --top 2 ...        # the same, from `porter port`
 """
 
 from __future__ import annotations
