@@ -49,15 +49,23 @@ DEFAULT_TARGETS = "a100,h100,h200,b200,mi300x,m4"
                    "generated kernel stand in (and win where faster)? With --no-allow-generated "
                    "only the user's kernel is tried. Either way the exit status is 4 when the "
                    "user's kernel cannot run on a target it was offered to.")
+@click.option("--agent", type=click.Choice(["offline", "claude"]), default="offline",
+              show_default=True,
+              help="Who writes the kernels: the offline roles (templates, rules), or Claude, "
+                   "for any op, ops no template covers included (needs ANTHROPIC_API_KEY and "
+                   "the llm extra; without a key: one line, then offline; docs/LLM.md).")
+@click.option("--replay", "replay_dir", type=click.Path(file_okay=False), default=None,
+              help="Instead of SPEC: run a recorded --agent claude run (its run folder) again, "
+                   "with no network and no key.")
 @click.option("-v", "--verbose", is_flag=True,
               help="One line per candidate (else one per shape and dtype); log at INFO level.")
 def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
              max_variants: int | None, exhaustive: bool, time_budget_s: float | None,
              deadline_s: float | None, max_checks: int | None, store_path: str | None,
              no_resume: bool, verbose: bool, replace: bool, allow_generated: bool,
-             from_profile: str | None, top: int) -> None:
+             from_profile: str | None, top: int, agent: str, replay_dir: str | None) -> None:
     """Port SPEC (an op spec or a KernelBench file) to every target and write its kernel pack."""
-    if (spec is None) == (from_profile is None):
+    if (spec is None) == (from_profile is None) and replay_dir is None:
         click.echo("error: give SPEC or --from-profile PROFILE (one of them)", err=True)
         sys.exit(2)
     if from_profile is not None:
@@ -83,6 +91,13 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
     names = [t.strip() for t in targets.split(",") if t.strip()]
     rd = Path(run_dir) if run_dir else DEFAULT_RUNS_DIR / new_run_id()
     click.echo(f"run dir: {rd}")
+    if agent == "claude" or replay_dir is not None:
+        from porter.llm.cli import agent_port
+
+        code = agent_port(spec, names, out_dir, rd, replay=replay_dir, replace=replace,
+                          verbose=verbose)
+        if code is not None:  # None: no API key, said in one line; the offline porter runs
+            sys.exit(code)
     try:
         result = port(spec, names, out_dir, run_dir=rd, resume=not no_resume,
                       max_variants=max_variants, max_checks=max_checks, store_path=store_path,
@@ -90,7 +105,9 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
                       time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
                       replace_pack=replace, allow_generated=allow_generated)
     except PorterError as exc:
-        click.echo(f"error: {exc}", err=True)
+        hint = ("; --agent claude asks Claude to write it (docs/LLM.md)"
+                if "no code-generation template covers" in str(exc) and agent != "claude" else "")
+        click.echo(f"error: {exc}{hint}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted: everything judged so far is in {rd / 'ledger.jsonl'}; "

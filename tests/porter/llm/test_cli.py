@@ -19,16 +19,6 @@ from tests.porter.llm.helpers import write
 from tests.porter.llm.stub_server import StubServer
 
 
-def _wired() -> bool:
-    from porter.commands.port import port_cmd
-
-    return any(p.name == "agent" for p in port_cmd.params)
-
-
-# TEMPORARY: porter/commands/port.py gets --agent/--replay last (issue 30, after issue 29's split)
-pytestmark = pytest.mark.skipif(not _wired(), reason="porter port has no --agent option yet")
-
-
 def test_agent_without_a_key_says_so_and_runs_the_offline_porter(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "PORTER_LLM_BASE_URL"):
