@@ -78,7 +78,7 @@ def check_one(path: Path) -> dict[str, Any]:
     from porter.commands.common import generated_candidate
     from porter.commands.common import generated_module
     from porter.errors import PorterError
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     row: dict[str, Any] = {"file": path.name, "kind": kb_family(path)}
     stage = "load"

@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import hwmodels
     from harness import env_info
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     known = example_ops()
     ops = [o.strip() for o in args.ops.split(",") if o.strip()] or known

@@ -271,9 +271,9 @@ def main(argv: list[str] | None = None) -> int:
     from harness import env_info
     from harness.bench_op import bench_op
     from harness.bench_op import format_table
-    from porter.loader import load_pack
+    from porter.packs.loader import load_pack
     from porter.port import port
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     det = hwmodels.detect()
     if det.model is None or not torch.cuda.is_available():

@@ -59,7 +59,7 @@ def parse_where(items: list[str]) -> dict[str, str]:
 def generated(op_name: str) -> tuple[Any, Any]:
     """(spec, GeneratedOp) for an example op, generated as `porter port` does."""
     from porter.port import generate_op
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     spec = load_spec(REPO / "examples" / op_name / "spec.py")
     gen = torch.Generator().manual_seed(0)

@@ -98,9 +98,9 @@ def bench_one(spec_path: Path, shape: tuple[int, int], dtype: Any, hw: Any, out:
 
     from harness import timing
     from porter import user_report
-    from porter.loader import load_pack
+    from porter.packs.loader import load_pack
     from porter.port import port
-    from porter.spec import load_spec
+    from porter.specs import load_spec
     from porter.user_kernel import SHIPPED, launch_user
 
     spec = load_spec(spec_path)

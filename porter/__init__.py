@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 if TYPE_CHECKING:
-    from porter.loader import PackedOp
-    from porter.loader import load_pack
+    from porter.packs.loader import PackedOp
+    from porter.packs.loader import load_pack
     from porter.patching import patch
 
 __all__ = ["PackedOp", "load_pack", "patch"]

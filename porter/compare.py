@@ -171,7 +171,7 @@ class _Source:
 
 def resolve_op(op_or_pack: str, packs_dir: Path = DEFAULT_PACKS) -> tuple[str, Path | None]:
     """An op name or a pack folder -> (op name, pack folder or None)."""
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
 
     p = Path(op_or_pack)
     if (p / "manifest.yaml").is_file():
@@ -186,7 +186,7 @@ def resolve_op(op_or_pack: str, packs_dir: Path = DEFAULT_PACKS) -> tuple[str, P
 
 def _gather(op: str, pack_dir: Path | None, store: ResultsStore | None,
             devices: Sequence[str]) -> _Source:
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
 
     manifest = read_manifest(pack_dir) if pack_dir is not None else None
     measured: dict[str, dict[Key, Record]] = {}
@@ -248,7 +248,7 @@ def _spec_costs(src: _Source, keys: Sequence[Key]) -> None:
     if spec_path is None:
         return
     from porter.planner import op_cost
-    from porter.spec import load_spec
+    from porter.specs import load_spec
     from targets.dtypes import FLOAT_NAMES
     from targets.dtypes import torch_dtype
 

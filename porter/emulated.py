@@ -228,7 +228,7 @@ def _judge(job: dict[str, Any]) -> dict[str, Any]:
 
     import hwmodels
     from harness.emulated import check_source
-    from porter.spec import load_spec
+    from porter.specs import load_spec
     from targets.metal_exec import MetalExecError
     from targets.metal_host import DispatchError
 

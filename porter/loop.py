@@ -28,7 +28,7 @@ from typing import Any
 from porter import budget
 from porter.ledger import config_key
 from porter.ledger import source_hash
-from porter.pack import shape_bucket
+from porter.packs.format import shape_bucket
 from porter.planner import dtype_name
 from porter.results import BucketChoice
 from porter.results import TargetResult

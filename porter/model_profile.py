@@ -84,7 +84,7 @@ def load_model(path: str | os.PathLike[str], *, size: str | None = None,
     Raises:
         ModelLoadError: missing file or names, or a failure building the model.
     """
-    from porter.spec import import_file
+    from porter.specs.opspec import import_file
 
     p = Path(path)
     if not p.is_file():
@@ -476,7 +476,7 @@ def generator_family(group: dict[str, Any]) -> tuple[str | None, str]:
     from porter.codegen import generate
     from porter.errors import PorterError
     from porter.from_profile import spec_source
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     with tempfile.TemporaryDirectory(prefix="porter_group_") as tmp:
         path = Path(tmp) / f"{group['pack_name']}.py"
@@ -508,7 +508,7 @@ def _pack_time(packs: str | os.PathLike[str], g: Group, hw: Any) -> float | None
     """The measured time of a pack's kernel for this group's shape and dtype, or None."""
     import yaml
 
-    from porter.pack import shape_bucket
+    from porter.packs.format import shape_bucket
 
     manifest = Path(packs) / g.pack_name / "manifest.yaml"
     if not manifest.is_file():

@@ -223,7 +223,7 @@ def patch(model: torch.nn.Module,
         PatchCheckError: the output check failed (with check=True).
     """
     import hwmodels
-    from porter.loader import load_pack
+    from porter.packs.loader import load_pack
     from porter.model_graph import ModelTraceError
     from porter.model_profile import trace_any
 

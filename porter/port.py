@@ -166,10 +166,10 @@ def port(
     """
     import hwmodels
     from harness import env_info
-    from porter.pack import check_out_dir
-    from porter.pack import write_pack
+    from porter.packs.writer import check_out_dir
+    from porter.packs.writer import write_pack
     from porter.roles import rules_team
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     say = progress or (lambda line: log.info("%s", line))
     spec_path = Path(spec_path)

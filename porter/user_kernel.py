@@ -132,8 +132,8 @@ def load(spec_path: Path, kernel_ref: str, launcher_ref: str | None, tunables: d
     Raises:
         SpecError: the path does not import, or the kernel is not a Triton kernel.
     """
-    from porter.spec import load_kernel as load_file_kernel
-    from porter.spec import resolve_file_attr
+    from porter.specs.kernels import load_kernel as load_file_kernel
+    from porter.specs.kernels import resolve_file_attr
     from targets.base import KernelRef
 
     if is_import_path(kernel_ref):

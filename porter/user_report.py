@@ -164,7 +164,7 @@ def statuses(result: PortResult, kernel_source: str = "") -> list[Status]:
 
 def _kernel_source(result: PortResult) -> str:
     from porter.errors import PorterError
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     try:
         kernel = load_spec(result.spec_path).triton_kernel

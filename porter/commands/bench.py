@@ -134,7 +134,7 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
               pack_path: str | None) -> Exit:
     """Benchmark (GPU) or project (CPU) and print. Returns the exit code; raises PorterError."""
     import hwmodels
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     has_gpu = torch.cuda.is_available()
     if has_gpu:
@@ -152,7 +152,7 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
                           "pass --target with the nearest known device")
     _op, module = generated_module(spec, interpret=False)
     if pack_path is not None:
-        from porter.loader import load_pack
+        from porter.packs.loader import load_pack
 
         providers: dict[str, Any] = {"ported": load_pack(pack_path)}
     else:

@@ -243,7 +243,7 @@ def run_check(spec_path: str, *, target: str | None, interpret: bool | None,
 
     from harness.check import check as harness_check
     from harness.check import planned_trials
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     hw = None
     if target is not None:

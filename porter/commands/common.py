@@ -13,7 +13,7 @@ import torch
 
 from porter.errors import KernelUnavailableError
 from porter.errors import PorterError
-from porter.spec import OpSpec
+from porter.specs.opspec import OpSpec
 from targets.dtypes import FLOAT_NAMES
 from targets.dtypes import canonical
 from targets.dtypes import torch_dtype

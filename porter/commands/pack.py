@@ -20,12 +20,12 @@ def show(pack_dir: str, verify: bool) -> None:
     """Print a table of PACK's entries: target, backend, tier, config and numbers."""
     from tabulate import tabulate
 
-    from porter.pack import SUMMARY_HEADERS
-    from porter.pack import PackError
-    from porter.pack import manifest_sha256
-    from porter.pack import read_manifest
-    from porter.pack import summary_rows
-    from porter.pack import verify_pack
+    from porter.packs.format import SUMMARY_HEADERS
+    from porter.packs.format import PackError
+    from porter.packs.verify import manifest_sha256
+    from porter.packs.verify import read_manifest
+    from porter.packs.format import summary_rows
+    from porter.packs.verify import verify_pack
 
     try:
         manifest = read_manifest(pack_dir)
@@ -71,9 +71,9 @@ def verify(pack_dir: str, expect: str | None) -> None:
     """
     from pathlib import Path
 
-    from porter.pack import PackError
-    from porter.pack import normalize_sha256
-    from porter.pack import verify_pack
+    from porter.packs.format import PackError
+    from porter.packs.verify import normalize_sha256
+    from porter.packs.verify import verify_pack
 
     try:
         if expect is not None:

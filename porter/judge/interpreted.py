@@ -128,7 +128,7 @@ def check_child() -> None:
     from harness import check
     from porter import codegen
     from porter.codegen.loading import load_generated_module
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     import torch
 

@@ -147,7 +147,7 @@ class Agent:
         hw, lang = ctx.hw, language_of(ctx.hw)
         shape = tuple(self.spec.shapes[0])
         dname = dtype_name(self.spec.dtypes[0])
-        from porter.pack import shape_bucket
+        from porter.packs.format import shape_bucket
 
         bucket = shape_bucket(shape)
         t0 = time.monotonic()

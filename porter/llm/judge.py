@@ -228,7 +228,7 @@ def check_child() -> None:
     import hwmodels
     from harness.check import check
     from porter.codegen.loading import load_generated_module
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     spec = load_spec(job["spec"])
     hw = hwmodels.get(job["hw"])

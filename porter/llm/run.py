@@ -57,9 +57,9 @@ def run_agent(spec_path: str | Path, targets: list[str], out_dir: str | Path | N
     import hwmodels
     from harness import env_info
     from harness.tolerance import tolerance
-    from porter.pack import shape_bucket
-    from porter.pack import write_pack
-    from porter.spec import load_spec
+    from porter.packs.format import shape_bucket
+    from porter.packs.writer import write_pack
+    from porter.specs import load_spec
 
     try:  # where the port's result types live once porter/port.py is split (issue 29)
         from porter.results import BucketChoice

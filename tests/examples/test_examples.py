@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from porter.spec import load_spec
+from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "examples").glob("*/spec.py"))

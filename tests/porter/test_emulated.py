@@ -10,7 +10,7 @@ import torch
 
 from porter.codegen import generate
 from porter.emulated import emulated_check
-from porter.spec import load_spec
+from porter.specs import load_spec
 from targets.metal_exec import available
 
 pytestmark = pytest.mark.skipif(not available()[0], reason=available()[1])

@@ -14,7 +14,7 @@ from porter.from_profile import top_groups
 from porter.from_profile import write_specs
 from porter.model_profile import load_model
 from porter.model_profile import profile_model
-from porter.spec import load_spec
+from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "llama_block" / "model.py"

@@ -17,11 +17,11 @@ import pytest
 import torch
 
 from porter.errors import SpecError
-from porter.kernelbench import INTERPRET_ELEMENT_BUDGET
-from porter.kernelbench import PARAM_SEED
-from porter.kernelbench import kernelbench_problem
-from porter.spec import import_file
-from porter.spec import load_spec
+from porter.specs.kernelbench import INTERPRET_ELEMENT_BUDGET
+from porter.specs.kernelbench import PARAM_SEED
+from porter.specs.kernelbench import kernelbench_problem
+from porter.specs.opspec import import_file
+from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 KB_DIR = ROOT / "examples" / "kernelbench" / "level1"

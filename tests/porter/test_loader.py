@@ -10,12 +10,12 @@ import pytest
 import torch
 
 import porter
-from porter.loader import PackFallbackWarning
-from porter.loader import load_pack
-from porter.pack import PackIntegrityError
-from porter.pack import PackPathError
-from porter.pack import manifest_sha256
-from porter.pack import read_manifest
+from porter.packs.loader import PackFallbackWarning
+from porter.packs.loader import load_pack
+from porter.packs.format import PackIntegrityError
+from porter.packs.format import PackPathError
+from porter.packs.verify import manifest_sha256
+from porter.packs.verify import read_manifest
 from tests.porter.test_pack_helpers import make_pack
 from tests.porter.test_pack_helpers import point_outside
 
@@ -77,7 +77,7 @@ def test_cpu_runs_interpreter_and_matches_reference(tmp_path: Path,
     assert "INTERPRETER" in op.describe(x, w)
     with warnings.catch_warnings():
         warnings.simplefilter("error", PackFallbackWarning)  # a fallback here would be a bug
-        with caplog.at_level(logging.WARNING, logger="porter.loader"):
+        with caplog.at_level(logging.WARNING, logger="porter.packs.loader"):
             y = op(x, w)
             op(x, w)
     torch.testing.assert_close(y, _ref(x, w), atol=1e-5, rtol=1e-5)

@@ -15,8 +15,8 @@ import yaml
 import porter
 from porter import mps
 from porter.codegen import generate
-from porter.loader import PackFallbackWarning
-from porter.pack import write_pack
+from porter.packs.loader import PackFallbackWarning
+from porter.packs.writer import write_pack
 from porter.port import BucketChoice
 from porter.port import PortResult
 from porter.port import TargetResult
@@ -193,8 +193,8 @@ def test_32_bit_kernel_refuses_a_buffer_it_cannot_address(source: str) -> None:
 
 
 def test_pack_show_names_the_tier_and_the_unknown_error(tmp_path: Path, source: str) -> None:
-    from porter.pack import summary_rows
-    from porter.pack import tier_rank
+    from porter.packs.format import summary_rows
+    from porter.packs.format import tier_rank
 
     manifest = yaml.safe_load((_pack(tmp_path, source) / "manifest.yaml").read_text())
     (row,) = summary_rows(manifest)

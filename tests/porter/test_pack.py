@@ -9,15 +9,15 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from porter.pack import PackError
-from porter.pack import PackIntegrityError
-from porter.pack import bucket_distance
-from porter.pack import check_out_dir
-from porter.pack import read_manifest
-from porter.pack import shape_bucket
-from porter.pack import verify_files
-from porter.pack import verify_pack
-from porter.pack import write_pack
+from porter.packs.format import PackError
+from porter.packs.format import PackIntegrityError
+from porter.packs.format import bucket_distance
+from porter.packs.writer import check_out_dir
+from porter.packs.verify import read_manifest
+from porter.packs.format import shape_bucket
+from porter.packs.verify import verify_files
+from porter.packs.verify import verify_pack
+from porter.packs.writer import write_pack
 from tests.porter.test_pack_helpers import make_pack
 from tests.porter.test_pack_helpers import point_outside
 from tests.porter.test_pack_helpers import port_result

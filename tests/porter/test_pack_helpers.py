@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from porter.pack import write_pack
+from porter.packs.writer import write_pack
 from porter.port import BucketChoice
 from porter.port import PortResult
 from porter.port import TargetResult

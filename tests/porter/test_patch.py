@@ -55,7 +55,7 @@ def ported(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
 
 def test_profile_port_top2_patch_on_cpu(ported: tuple[Path, dict]) -> None:
     """The CI flow at toy sizes: profile, port the top 2 groups, patch, check the output."""
-    from porter.loader import PackFallbackWarning
+    from porter.packs.loader import PackFallbackWarning
 
     packs, prof = ported
     torch.manual_seed(0)
@@ -174,7 +174,7 @@ def get_inputs():
 def test_matmul_epilogue_group_ported_and_patched_with_2d_operands(tmp_path: Path) -> None:
     """Linear + bias + GELU as one matmul-epilogue kernel: 3-D activations flattened to the
     template's 2-D operands and back (~20 s)."""
-    from porter.loader import PackFallbackWarning
+    from porter.packs.loader import PackFallbackWarning
 
     (tmp_path / "mlp.py").write_text(MLP)
     torch.manual_seed(0)

@@ -41,7 +41,7 @@ def _small_spec(tmp: Path) -> Path:
 
 
 def test_port_rmsnorm_cli_end_to_end(tmp_path: Path) -> None:
-    from porter.loader import load_pack
+    from porter.packs.loader import load_pack
 
     spec = _small_spec(tmp_path)
     run = tmp_path / "runs" / "r"
@@ -225,7 +225,7 @@ def test_watchdog_stops_a_hung_kernel_on_the_gpu_and_the_run_resumes_without_it(
     deadline passes and exits with status 3; the same command then finishes without it."""
     import hwmodels
     from porter.ledger import Ledger
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
     from porter.port import DEVICE_HUNG_EXIT
 
     lines = (ROOT / "examples" / "rmsnorm" / "kernel.py").read_text().splitlines(keepends=True)

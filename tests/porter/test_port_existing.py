@@ -67,8 +67,8 @@ def existing_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_port_keeps_the_existing_kernel_and_packs_it(existing_spec: Path, tmp_path: Path) -> None:
-    from porter.loader import load_pack
-    from porter.pack import read_manifest
+    from porter.packs.loader import load_pack
+    from porter.packs.verify import read_manifest
     from porter.port import port
 
     run = tmp_path / "run"

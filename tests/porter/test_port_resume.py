@@ -150,7 +150,7 @@ def test_candidates_skipped_for_budget_are_checked_on_resume_with_budget_left(
 def test_a_target_with_no_passing_candidate_exits_1_with_why_and_packs_the_others(
         standin: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from porter.commands.port import port_cmd
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
 
     _use_check(monkeypatch, FakeCheck(lambda config: False))
     run = tmp_path / "run"

@@ -88,7 +88,7 @@ def fake_codegen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def test_port_with_standin(fake_codegen: Path, tmp_path: Path) -> None:
-    from porter.loader import load_pack
+    from porter.packs.loader import load_pack
     from porter.port import port
 
     lines: list[str] = []

@@ -162,7 +162,7 @@ def test_a_measured_pack_replaces_the_projected_speedup(toy, tmp_path: Path) -> 
     prof = profile_model(model, inputs, source=source, hw_name="h100", steps=1, warmup=0)
     top = prof["groups"][0]
     first = top["instances"][0]["inputs"][0]
-    from porter.pack import shape_bucket
+    from porter.packs.format import shape_bucket
 
     pack = tmp_path / top["pack_name"]
     pack.mkdir()

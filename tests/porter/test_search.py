@@ -11,7 +11,7 @@ import hwmodels
 from porter.planner import plan
 from porter.port import generate_op as _generate
 from porter.search import search
-from porter.spec import load_spec
+from porter.specs import load_spec
 from targets.registry import for_device
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

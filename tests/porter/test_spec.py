@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from porter.errors import SpecError
-from porter.spec import load_spec
+from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_SPECS = sorted((ROOT / "examples").glob("*/spec.py"))

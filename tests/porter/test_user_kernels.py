@@ -39,7 +39,7 @@ def _ledger(res: Any) -> list[dict[str, Any]]:
 
 def test_tutorial_softmax_without_constexprs_ports_to_nvidia_and_amd(tmp_path: Path) -> None:
     from porter import user_report
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
 
     res = _port(SOFTMAX, ["h100", "mi300x"], tmp_path, (2048, 1000))
     rows = user_report.statuses(res)
@@ -66,7 +66,7 @@ def test_tutorial_softmax_without_constexprs_ports_to_nvidia_and_amd(tmp_path: P
 
 def test_five_targets_user_kernel_only_and_the_pack_runs_it(tmp_path: Path) -> None:
     from porter import user_report
-    from porter.pack import read_manifest
+    from porter.packs.verify import read_manifest
 
     targets = ["a100", "h100", "h200", "b200", "mi300x"]
     res = _port(SOFTMAX, targets, tmp_path, (512, 1000), allow_generated=False)
@@ -178,7 +178,7 @@ def test_nvidia_only_kernel_named_in_one_line_and_exit_status(tmp_path: Path) ->
 
 def test_pack_source_of_an_import_path_kernel_imports_the_library() -> None:
     pytest.importorskip("liger_kernel")
-    from porter.spec import load_spec
+    from porter.specs import load_spec
     from porter.user_kernel import pack_source
 
     spec = load_spec(ROOT / "examples" / "liger" / "layernorm.py")

@@ -302,7 +302,7 @@ def test_unsupported_construct_is_named() -> None:
 
 def _gen(name: str, config: dict) -> tuple[object, str]:
     from porter.codegen import generate
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     spec = load_spec(f"examples/{name}/spec.py")
     x = spec.make_inputs(spec.interpret_shapes[0], torch.float32, torch.device("cpu"),
@@ -369,7 +369,7 @@ def test_variant_space_is_pruned_by_the_device_model() -> None:
     import hwmodels
     from porter.codegen import generate
     from porter.codegen.metal import variant_space
-    from porter.spec import load_spec
+    from porter.specs import load_spec
 
     m4 = hwmodels.get("m4")
     spec = load_spec("examples/softmax/spec.py")

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from porter.cli import main
-from porter.pack import read_manifest
+from porter.packs.verify import read_manifest
 from tests.porter.llm.helpers import PLAN
 from tests.porter.llm.helpers import SPEC
 from tests.porter.llm.helpers import Script

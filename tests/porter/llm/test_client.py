@@ -18,7 +18,7 @@ from porter.llm.record import ReplayTransport
 from porter.llm.record import read_exchanges
 from porter.llm.record import request_hash
 from porter.llm.tools import ReplyError
-from porter.spec import load_spec
+from porter.specs import load_spec
 from tests.porter.llm.helpers import PLAN
 from tests.porter.llm.helpers import SPEC
 from tests.porter.llm.helpers import Script

@@ -11,7 +11,7 @@ from porter.errors import SpecError
 from porter.llm.inputs import existing_kernel
 from porter.llm.inputs import input_kinds
 from porter.llm.inputs import op_context
-from porter.spec import load_spec
+from porter.specs import load_spec
 from tests.porter.llm.helpers import ROOT
 
 CUDA = ROOT / "examples" / "cuda_cumsum"

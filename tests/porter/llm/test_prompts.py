@@ -10,7 +10,7 @@ from porter.llm.inputs import op_context
 from porter.llm.prompts import ROLES
 from porter.llm.prompts import render
 from porter.llm.prompts import system_text
-from porter.spec import load_spec
+from porter.specs import load_spec
 from tests.porter.llm.helpers import ROOT
 from tests.porter.llm.helpers import SPEC
 

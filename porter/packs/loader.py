@@ -1,0 +1,515 @@
+"""Load a kernel pack and run the right kernel for the device at hand, or the reference.
+
+`load_pack(path)` returns a `PackedOp`, a callable with the op's signature. On every call it
+picks the pack entry for the device the inputs live on and the config for their shape bucket and
+dtype, and runs that kernel. It never silently runs a kernel that was not verified for the device:
+
+- on a GPU the entry must be for the detected device (hwmodels.detect) and must have reached at
+  least the interpreted tier (correctness stages passed; "measured" = also timed on the device).
+  An entry that was only compiled, or none for this device, means the reference runs instead.
+- on a CPU the kernel runs under the Triton interpreter, and only when the entry reached the
+  interpreted tier; the loader says plainly that this is the interpreter (correct, not fast).
+- a Metal entry (Apple M4) runs through PyTorch's MPS backend (`torch.mps.compile_shader`,
+  porter.mps) on tensors on "mps", or on the CPU Metal executor when the pack is loaded with
+  device="m4" and the tensors are on the CPU; it must have reached the emulated tier (checked
+  on that executor). Where MPS is missing, the reference runs, with one warning.
+
+Loading a pack executes its Python, as installing a package does, so the pack is checked whole
+when it is loaded (porter.pack's integrity rule): every manifest path must lie inside the pack and
+every file must have the manifest's sha256 (optionally, the manifest itself a pinned sha256). A
+pack that fails is *tampered* and refused with `PackIntegrityError` naming the file, even when the
+file belongs to another device's entry: a changed file is an attack or a corruption, never a
+reason to fall back to the reference. Each file is read once; its verified bytes are what runs
+(compiled into a fresh module, and the text Triton reads through `inspect` is the same bytes), so
+a file changed on disk after loading is never used.
+
+The reference runs instead of a kernel only when the (intact) pack has no usable entry for the
+call: none for the device, none that reached the interpreted tier, or no config for the dtype or
+shape. Each such fallback is announced by exactly one `PackFallbackWarning` per reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import linecache
+import logging
+import sys
+import tempfile
+import threading
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from porter.packs.format import PackError
+from porter.packs.format import bucket_distance
+from porter.packs.format import sha256_bytes
+from porter.packs.format import shape_bucket
+from porter.packs.format import tier_rank
+from porter.packs.verify import read_verified_pack
+from targets.dtypes import dtype_name
+from targets.interpreter import triton_interpret
+from targets.tiers import Tier
+
+log = logging.getLogger(__name__)
+
+_LIB_NAMESPACE = "kernel_porter"
+
+
+class PackFallbackWarning(UserWarning):
+    """The reference runs instead of a packed kernel; the message says why."""
+
+
+@dataclass(frozen=True)
+class Choice:
+    """What one call would run: an entry's bucket, or the reference (entry is None)."""
+
+    target: str | None
+    bucket: dict[str, Any] | None
+    interpret: bool
+    reason: str  # why this choice (or why the fallback)
+
+    @property
+    def runs_kernel(self) -> bool:
+        return self.bucket is not None
+
+
+def ensure_interpreter_ready() -> str | None:
+    """Make sure Triton's interpreter can run kernels in this process; None when it can.
+
+    `triton.language` decides at its own import whether its library functions (`tl.sum`,
+    `tl.max`, ...) are interpreted: imported without TRITON_INTERPRET=1 they are compiled-only
+    JITFunctions, and every interpreted kernel that calls them fails with "Cannot call
+    @triton.jit'd outside of the scope of a kernel". So it is imported here with the variable set
+    (cross-compiling still works afterwards; the variable is restored).
+
+    Returns:
+        None when ready, else the reason the interpreter cannot work in this process.
+    """
+    if "triton.language" not in sys.modules:
+        with triton_interpret(True):
+            import triton.language  # noqa: F401 - imported for its import-time decision
+
+            # Triton's code generator imports gluon, which asserts at import that tl's library
+            # functions are JITFunctions unless the interpreter is on: import it now, too, or the
+            # first cross-compile after this fails with a bare AssertionError.
+            import triton.compiler.code_generator  # noqa: F401
+        return None
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    if isinstance(getattr(tl, "sum", None), JITFunction) and type(tl.sum) is JITFunction:
+        return ("triton.language was imported before TRITON_INTERPRET=1 was set, so Triton's "
+                "interpreter cannot run kernels in this process; set TRITON_INTERPRET=1 before "
+                "importing triton (or import porter first)")
+    return None
+
+
+_module_ids = itertools.count()
+
+
+@dataclass(frozen=True)
+class _Verified:
+    """A module executed from verified bytes, and the text pinned for it in linecache."""
+
+    module: ModuleType
+    filename: str  # "<porter pack ...>": the module's code objects carry it
+    text: str
+
+
+def _exec_verified(data: bytes, *, label: str, display: str) -> _Verified:
+    """Execute verified pack bytes as a fresh module; nothing is read from disk.
+
+    Triton's @jit does not compile the bytecode: it reads the function's source through `inspect`
+    (linecache) when it decorates, and under the interpreter again on the first run, and uses
+    that text. So the verified text is pinned in linecache under a "<...>" name, which linecache
+    never reads from disk, and the code objects carry that name. The module name is unique, since
+    triton looks a function's module up in sys.modules and two packs may hold the same file.
+
+    Args:
+        data: the file's bytes, already checked against the manifest.
+        label: part of the module name (e.g. "rmsnorm_ref").
+        display: the pack and file, shown in tracebacks (e.g. "rmsnorm/nvidia/h100/x.py").
+    """
+    text = importlib.util.decode_source(data)
+    filename = f"<porter pack {display} sha256:{sha256_bytes(data)[:12]}>"
+    _pin_source(filename, text)
+    name = f"_porter_pack_{''.join(c if c.isalnum() else '_' for c in label)}_{next(_module_ids)}"
+    module = ModuleType(name)
+    sys.modules[name] = module  # triton.jit looks its function's module up while decorating
+    try:
+        exec(compile(text, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return _Verified(module, filename, text)
+
+
+def _pin_source(filename: str, text: str) -> None:
+    # mtime None marks an entry that linecache.checkcache never re-validates against a file.
+    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
+
+
+class _ReferenceModule:
+    """The reference op behind a generated module's `launch` interface (out contract)."""
+
+    def __init__(self, reference: Any) -> None:
+        self.reference = reference
+
+    def launch(self, *inputs: Any, out: Any = None, config: Any = None) -> Any:
+        result = self.reference(*inputs)
+        if out is None:
+            return result
+        if isinstance(out, torch.Tensor):
+            return out.copy_(result)
+        for o, r in zip(out, result, strict=True):
+            o.copy_(r)
+        return out
+
+
+class PackedOp:
+    """A packed op: call it like the reference; `describe()` says what would run."""
+
+    def __init__(self, path: str | Path, *, device: str | None = None,
+                 expect_sha256: str | None = None) -> None:
+        """See `load_pack`."""
+        # The whole pack is checked before anything runs, and every file is read here, once: a
+        # tampered pack fails at load time naming the file, not in the middle of a model, and
+        # what runs later is these bytes, whatever happens to the files afterwards.
+        pack = read_verified_pack(path, expect_sha256=expect_sha256)
+        self.path = pack.path
+        self.manifest = pack.manifest
+        self.manifest_sha256 = pack.manifest_sha256
+        self._sources: dict[str, bytes] = pack.files
+        self.op: str = self.manifest["op"]
+        self._warned: set[str] = set()
+        self._modules: dict[tuple[str, bool], _Verified] = {}
+        # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
+        self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
+        self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
+        self._lock = threading.Lock()
+        self._gpu_target, self._detect_reason = self._resolve_device(device)
+        self._cpu_target = device if device and self._entry(device) is not None else None
+        self.reference = self._load_reference()
+
+    # -- device and entry selection -------------------------------------------------------
+    def _resolve_device(self, device: str | None) -> tuple[str | None, str]:
+        if device is not None and device.lower() != "cpu":
+            import hwmodels
+
+            return hwmodels.get(device).name, f"device={device!r} given"
+        if device is not None:
+            return None, "device='cpu' given"
+        import hwmodels
+
+        det = hwmodels.detect()
+        if det.model is None:
+            return None, f"no known GPU detected ({det.reason})"
+        return det.model.name, f"detected {det.model.name} via {det.via}"
+
+    def _entry(self, target: str) -> dict[str, Any] | None:
+        return next((e for e in self.manifest["entries"] if e["target"] == target), None)
+
+    @staticmethod
+    def _cpu_eligible(entry: dict[str, Any]) -> bool:
+        return entry.get("backend", "").startswith("triton") and any(
+            tier_rank(b.get("tier", "")) >= tier_rank(Tier.INTERPRETED) for b in entry["buckets"]
+        )
+
+    @staticmethod
+    def _pick_bucket(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
+        same_dtype = [b for b in entry["buckets"] if b["dtype"] == dtype]
+        exact = [b for b in same_dtype if b["bucket"] == bucket]
+        if exact:
+            return exact[0]
+        # Nearest first, but never a narrower row than asked for before a wider one: a config
+        # tuned for narrower rows may hold less than a whole row (single-pass BLOCK_N).
+        width = int(bucket.split("x")[-1])
+        near = sorted(same_dtype, key=lambda b: (int(b["bucket"].split("x")[-1]) < width,
+                                                 bucket_distance(b["bucket"], bucket)))
+        if near and bucket_distance(near[0]["bucket"], bucket) != float("inf"):
+            return near[0]
+        return None
+
+    def choose(self, *inputs: Any) -> Choice:
+        """What a call with these inputs would run, and why. Never raises for a bad fit."""
+        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+        if first is None:
+            return Choice(None, None, False, "no tensor input to pick a device, bucket and dtype from")
+        dtype = dtype_name(first.dtype)
+        bucket = shape_bucket(first.shape)
+        on_cpu = first.device.type == "cpu"
+        if on_cpu and (why_not := ensure_interpreter_ready()) is not None:
+            return Choice(None, None, False, why_not)
+        if on_cpu:
+            targets = [self._cpu_target] if self._cpu_target else [
+                e["target"] for e in self.manifest["entries"] if self._cpu_eligible(e)]
+            where = "CPU (Triton interpreter)"
+        else:
+            if self._gpu_target is None:
+                return Choice(None, None, False,
+                              f"inputs are on {first.device} but {self._detect_reason}")
+            targets = [self._gpu_target]
+            where = self._gpu_target
+        if not targets:
+            return Choice(None, None, False,
+                          f"no entry of {self.op} reached the interpreted tier, so none may run "
+                          f"on {where}")
+        reasons = []
+        for target in targets:
+            entry = self._entry(target)
+            if entry is None:
+                reasons.append(f"the pack has no entry for {target}")
+                continue
+            b = self._pick_bucket(entry, bucket, dtype)
+            if b is None:
+                have = sorted({f"{x['bucket']}/{x['dtype']}" for x in entry["buckets"]})
+                reasons.append(f"{target} has no config for {dtype} at bucket {bucket} "
+                               f"(has {', '.join(have) or 'none'})")
+                continue
+            if tier_rank(b["tier"]) < tier_rank(Tier.INTERPRETED):
+                reasons.append(f"{target} {b['bucket']}/{dtype} only reached tier {b['tier']!r}: "
+                               "its correctness was never checked, so it does not run")
+                continue
+            how = "exact bucket" if b["bucket"] == bucket else f"nearest bucket to {bucket}"
+            return Choice(target, b, on_cpu,
+                          f"{target} entry, {how} {b['bucket']}/{dtype}, tier {b['tier']}")
+        return Choice(None, None, False, "; ".join(reasons))
+
+    def describe(self, *inputs: Any) -> str:
+        """One paragraph: the device, and which entry/config/tier would run (or the fallback).
+
+        With no inputs, lists what the pack holds for the detected device.
+        """
+        lines = [f"pack {self.op} at {self.path}: {self._detect_reason}"]
+        if inputs:
+            c = self.choose(*inputs)
+            if c.runs_kernel:
+                assert c.bucket is not None
+                mode = " under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret else ""
+                if c.bucket["file"].endswith(".metal"):
+                    mode = (" on the CPU Metal executor (correct, not fast)" if c.interpret
+                            else " through PyTorch's MPS backend")
+                lines.append(f"runs {c.reason}{mode}; config {c.bucket['config']}; "
+                             f"file {c.bucket['file']}")
+            else:
+                lines.append(f"runs the reference (fallback): {c.reason}")
+            return "\n".join(lines)
+        for e in self.manifest["entries"]:
+            mark = "*" if e["target"] == self._gpu_target else " "
+            lines.append(f"{mark} {e['target']:8s} {e['backend']:12s} tier {e['tier']:11s} "
+                         f"{len(e['buckets'])} bucket(s)")
+        return "\n".join(lines)
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, *inputs: Any, out: Any = None) -> Any:
+        # Hot path: a GPU call whose device, shape and dtype were already resolved goes straight
+        # to the chosen kernel (choosing costs tens of microseconds of Python per call).
+        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
+        key = None if first is None else (first.device, tuple(first.shape), first.dtype)
+        fast = self._resolved.get(key) if key is not None else None
+        if fast is not None:
+            module, config = fast
+            return module.launch(*inputs, out=out, config=config)
+        choice = self.choose(*inputs)
+        if not choice.runs_kernel:
+            self._warn_once(choice.reason)
+            result = self.reference(*inputs)
+            if out is not None:
+                out.copy_(result)
+                return out
+            return result
+        assert choice.bucket is not None
+        if choice.bucket["file"].endswith(".metal"):
+            return self._run_metal(choice, inputs, out)
+        prefer = (choice.bucket.get("numbers") or {}).get("prefer_reference")
+        if prefer and not choice.interpret:
+            # Measured on this device when the pack was made: the reference op was faster for
+            # this bucket, so the pack runs it (said once, and in the manifest).
+            self._log_once(f"prefer:{choice.bucket['bucket']}", "%s %s/%s: running the "
+                           "reference op: %s", self.op, choice.bucket["bucket"],
+                           choice.bucket["dtype"], prefer)
+            if key is not None:
+                self._resolved[key] = (_ReferenceModule(self.reference), None)
+            return _ReferenceModule(self.reference).launch(*inputs, out=out)
+        if choice.interpret:
+            self._log_once("interp", "%s: running the %s kernel under the Triton INTERPRETER on "
+                           "CPU: correct, but not fast (a GPU runs it for real)",
+                           self.op, choice.target)
+        elif tier_rank(choice.bucket["tier"]) < tier_rank(Tier.MEASURED):
+            self._log_once(f"unmeasured:{choice.target}",
+                           "%s: the %s kernel passed the correctness stages under the interpreter "
+                           "and compiled for this arch, but was not timed on this device",
+                           self.op, choice.target)
+        module = self._module(choice.bucket["file"], choice.interpret)
+        config = choice.bucket.get("config") or None
+        with triton_interpret(True if choice.interpret else None):
+            try:
+                result = module.launch(*inputs, out=out, config=config)
+                if not choice.interpret and key is not None:
+                    self._resolved[key] = (module, config)
+                return result
+            except ValueError as exc:
+                # The generated launcher validates a config against the inputs before launching
+                # (e.g. a one-block row needs BLOCK_N >= n_cols, and a nearest-bucket config may
+                # not cover a wider row): then the same verified body runs with the launcher's
+                # own size-derived config.
+                self._log_once(f"refit:{choice.bucket['file']}",
+                               "%s: bucket config %s does not fit these inputs (%s); using the "
+                               "launcher's own config for the same kernel", self.op, config, exc)
+                result = module.launch(*inputs, out=out, config=None)
+                if not choice.interpret and key is not None:
+                    self._resolved[key] = (module, None)
+                return result
+
+    def _run_metal(self, choice: Choice, inputs: tuple[Any, ...], out: Any) -> Any:
+        """A Metal entry: through MPS on a Mac, the CPU executor on a CPU (porter.mps), from the
+        bytes verified at load time; the reference where neither can run it (said once)."""
+        from porter import mps
+
+        assert choice.bucket is not None
+        rel = choice.bucket["file"]
+        with self._lock:
+            if rel not in self._metal:
+                self._metal[rel] = mps.MetalRunner(self._sources[rel].decode(),
+                                                   label=f"{self.op}/{rel}")
+            runner = self._metal[rel]
+        why = runner.unavailable(inputs)
+        if why is not None:
+            self._warn_once(f"{choice.target} Metal entry: {why}")
+            result = self.reference(*inputs)
+            return result if out is None else _ReferenceModule(lambda *a: result).launch(
+                *inputs, out=out)
+        self._log_once(f"metal:{choice.target}", "%s: running the %s Metal kernel %s", self.op,
+                       choice.target, "through MPS" if inputs and any(
+                           isinstance(t, torch.Tensor) and t.device.type == "mps"
+                           for t in inputs) else "on the CPU Metal executor (correct, not fast)")
+        return runner(inputs, out, self.reference)
+
+    def _module(self, rel: str, interpret: bool) -> ModuleType:
+        """The module of pack file `rel`, executed from the bytes verified at load time."""
+        key = (rel, interpret)
+        with self._lock:
+            if key not in self._modules:
+                # Triton's @jit decides at decoration whether it interprets: "0" keeps a GPU
+                # module compiled even when the user's environment says otherwise.
+                with triton_interpret(interpret):
+                    self._modules[key] = _exec_verified(
+                        self._sources[rel], label=f"{self.op}_{Path(rel).stem}",
+                        display=f"{self.op}/{rel}")
+            verified = self._modules[key]
+        # Pinned again in case something cleared linecache since: the interpreter reads the
+        # kernel's text on its first run, and it must find the verified text, not nothing.
+        if verified.filename not in linecache.cache:
+            _pin_source(verified.filename, verified.text)
+        return verified.module
+
+    def _load_reference(self) -> Any:
+        ref = self.manifest["reference"]
+        data = self._sources[ref["file"]]
+        function = ref.get("function")
+        if function:
+            module = _exec_verified(data, label=f"{self.op}_ref",
+                                    display=f"{self.op}/{ref['file']}").module
+            if not callable(getattr(module, function, None)):
+                raise PackError(f"{self.path / ref['file']}: no function {function!r}, which the "
+                                "manifest's reference.function names")
+            return getattr(module, function)
+        from porter.spec import load_spec
+
+        # A KernelBench file goes through load_spec, which reads its file by path: give it the
+        # verified bytes in a private folder, never the pack's file again.
+        with tempfile.TemporaryDirectory(prefix="porter_pack_ref_") as tmp:
+            copy = Path(tmp) / Path(ref["file"]).name
+            copy.write_bytes(data)
+            return load_spec(copy).reference
+
+    def _warn_once(self, reason: str) -> None:
+        if reason in self._warned:
+            return
+        self._warned.add(reason)
+        warnings.warn(f"{self.op}: running the PyTorch reference instead of a packed kernel: "
+                      f"{reason}", PackFallbackWarning, stacklevel=3)
+
+    def _log_once(self, key: str, msg: str, *args: Any) -> None:
+        if key not in self._warned:
+            self._warned.add(key)
+            log.warning(msg, *args)
+
+    # -- torch.library --------------------------------------------------------------------
+    def register_custom_op(self) -> Any:
+        """Register `kernel_porter::<op>` as a torch.library custom op; returns the op.
+
+        The fake (meta) implementation runs the reference on fake tensors, so shapes and dtypes
+        propagate inside torch.compile without running a kernel. The op takes the inputs named
+        in the manifest's `signature` and returns one tensor.
+        """
+        kinds = self.manifest.get("signature") or []
+        if not kinds:
+            raise ValueError(f"{self.path}: the manifest has no input signature; "
+                             "cannot register a custom op")
+        types = {"tensor": torch.Tensor, "float": float, "int": int, "bool": bool}
+        params = [
+            inspect.Parameter(f"a{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                              annotation=types[kind])
+            for i, kind in enumerate(kinds)
+        ]
+        sig = inspect.Signature(params, return_annotation=torch.Tensor)
+
+        def impl(*args: Any) -> torch.Tensor:
+            return self(*args)
+
+        def fake(*args: Any) -> torch.Tensor:
+            return self.reference(*args)
+
+        impl.__signature__ = sig  # type: ignore[attr-defined]
+        fake.__signature__ = sig  # type: ignore[attr-defined]
+        # A second pack of the same op in one process gets its own name (custom ops are global).
+        name = self.op
+        n = 1
+        while hasattr(getattr(torch.ops, _LIB_NAMESPACE), name):
+            n += 1
+            name = f"{self.op}_{n}"
+        op = torch.library.custom_op(f"{_LIB_NAMESPACE}::{name}", impl, mutates_args=())
+        op.register_fake(fake)
+        self.custom_op = op
+        return op
+
+
+def load_pack(
+    path: str | Path, *, device: str | None = None, register_custom_op: bool = False,
+    expect_sha256: str | None = None,
+) -> PackedOp:
+    """Load a pack written by `porter port` and return a callable that runs the right kernel.
+
+    Loading executes the pack's Python (its reference and, on the first call, a kernel module),
+    like installing a package: check a pack you received with `porter pack verify PACK
+    --expect-sha256 HASH`, or pass `expect_sha256` here.
+
+    Args:
+        path: the pack folder (`packs/<op>/`).
+        device: a hardware-model name ("h100", "mi300x") to use that entry instead of detecting
+            the device, or "cpu" for no GPU; None detects with `hwmodels.detect()`.
+        register_custom_op: also register `torch.ops.kernel_porter.<op>` (usable inside
+            torch.compile); the returned object's `.custom_op` holds it.
+        expect_sha256: the sha256 the pack's manifest.yaml must have (`porter pack show` prints
+            it); None checks the files against the manifest only.
+
+    Returns:
+        A `PackedOp`: `op(*inputs)` or `op(*inputs, out=out)`; `op.describe(*inputs)`.
+
+    Raises:
+        PackError: the folder is not a pack / the manifest is malformed.
+        PackIntegrityError: the pack is tampered, and refused whole: any file differs from its
+            manifest hash or is missing, a manifest path leads outside the pack
+            (`PackPathError`), or the manifest is not the one `expect_sha256` pins.
+    """
+    packed = PackedOp(path, device=device, expect_sha256=expect_sha256)
+    if register_custom_op:
+        packed.register_custom_op()
+    return packed
