@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
+from porter.errors import PorterError
+
 if TYPE_CHECKING:
     import torch
 
@@ -33,6 +35,37 @@ if TYPE_CHECKING:
 
 CHECK_TIMEOUT_S = 600
 EMULATED = "emulated"
+# Emulated checks have a budget of their own: one warm executor check takes 1-3 s, an op needs
+# 9-18 distinct Metal sources, and sharing the interpreter's 6 would leave most M4 buckets
+# unchecked. Applies where the port is budgeted (a CPU port by default); the variable overrides.
+EMULATED_MAX_CHECKS_ENV = "PORTER_EMULATED_MAX_CHECKS"
+EMULATED_MAX_CHECKS = 60
+
+
+def emulated_budget(session: Any) -> int | None:
+    """The emulated checks this port may run: None (no cap) where the port has no check cap."""
+    if session.max_checks is None:
+        return None
+    raw = os.environ.get(EMULATED_MAX_CHECKS_ENV)
+    if raw is None:
+        return EMULATED_MAX_CHECKS
+    try:
+        value = int(raw)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise PorterError(f"{EMULATED_MAX_CHECKS_ENV}={raw!r}: not a whole number >= 0")
+    return value
+
+
+def _emulated_spent(session: Any) -> int:
+    """Emulated checks run so far, in this invocation and the interrupted ones before it."""
+    if not hasattr(session, "emulated_spent"):
+        session.emulated_spent = len({
+            e.details["check"]["key"] for e in session.ledger
+            if (e.details.get("check") or {}).get("emulated")
+            and not e.details["check"].get("shared")})
+    return session.emulated_spent
 
 
 def emulated_eval(session: Any, hw: HardwareModel, backend: TargetBackend,
@@ -48,15 +81,16 @@ def emulated_eval(session: Any, hw: HardwareModel, backend: TargetBackend,
     ckey = check_key(p)
     shared = ckey in session.checks
     if not shared:
-        if session.max_checks is not None and session.checks_spent >= session.max_checks:
+        cap = emulated_budget(session)
+        if cap is not None and _emulated_spent(session) >= cap:
             before = session.ledger.get(p.key)
             if before is None or before.verdict != "skipped":
                 session.ledger.skip(target=hw.name, bucket=bucket, dtype=dname,
                                     config=p.cand.config, source_hash=p.src_hash, tier=p.tier,
                                     numbers=p.numbers, shape=shape, details=p.details,
-                                    reason=f"emulated-check budget ({session.max_checks}) "
-                                           "spent; rerun with --run-dir and a larger "
-                                           "--max-checks to check it")
+                                    reason=f"emulated-check budget ({cap}) spent; rerun with "
+                                           f"--run-dir and a larger {EMULATED_MAX_CHECKS_ENV} "
+                                           "to check it")
             session.detail(f"  [{hw.name}] {bucket}/{dname} {cfg_text(p.cand.config)}: "
                            "skipped (check budget spent)")
             return ""
@@ -64,7 +98,7 @@ def emulated_eval(session: Any, hw: HardwareModel, backend: TargetBackend,
                        "the CPU Metal executor...")
         res = emulated_check(session.spec.path, p.source, hw.name, dname)
         session.checks_run += 1
-        session.checks_spent += 1
+        session.emulated_spent = _emulated_spent(session) + 1
         session.checks[ckey] = (res["passed"], res["message"], res["tolerances"])
         session.record(hw, backend.name, EMULATED, res["passed"], p.cand.config, shape, dname,
                        message=res["message"])

@@ -84,7 +84,9 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     notes: list[str] = []
     if not caps.compiles_here:
         lang = caps.language.capitalize()
-        notes.append(f"{lang}: source emitted only; no {lang} compiler runs on this machine")
+        notes.append(f"{lang}: no {lang} compiler runs on this machine; " + (
+            "checked on the CPU executor (tier emulated)" if caps.cpu_check == "emulator"
+            else "source emitted only"))
     if not ctx.measured_here:
         notes.append("times projected (not measured): the target GPU is not on this machine")
 

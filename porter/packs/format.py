@@ -7,7 +7,7 @@ Layout written by `write_pack(result, out_dir)`:
         reference.py                  the reference (a copy of the spec / KernelBench file)
         nvidia/<target>/<op>_<bucket>_<dtype>.py     generated Triton module, config baked in
         amd/<target>/<op>_<bucket>_<dtype>.py
-        apple/<target>/<op>_<bucket>_<dtype>.metal   Metal source (emitted only)
+        apple/<target>/<op>_<bucket>_<dtype>.metal   Metal source (emitted, or emulated on the CPU)
 
 A *shape bucket* names a family of input shapes that share one tuned config: the first tensor
 input's leading dimensions are collapsed into one and every dimension is rounded up to a power of

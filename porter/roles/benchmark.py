@@ -50,7 +50,14 @@ def _interpreter(*args: Any) -> str:
     return interpreted_eval(*args)
 
 
+def _emulator(*args: Any) -> str:
+    from porter.emulated import emulated_eval
+
+    return emulated_eval(*args)
+
+
 CPU_CHECKS["interpreter"] = _interpreter
+CPU_CHECKS["emulator"] = _emulator  # the Metal backend's, where a C++ compiler is present
 
 
 def bench_row(e: LedgerEntry) -> BenchRow:

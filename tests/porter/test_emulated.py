@@ -64,3 +64,25 @@ def test_one_worker_serves_the_checks_and_a_crash_restarts_it() -> None:
     assert "overflowed its 128 KiB stack" in res["message"]
     assert emulated_check(SPEC, good, "m4", "fp32")["passed"]  # a fresh worker
     assert emulated._WORKER.proc.pid != pid
+
+
+def test_emulated_checks_have_their_own_budget(monkeypatch) -> None:
+    """The interpreter's CPU budget (6) would leave most M4 buckets unchecked: emulated checks
+    are capped on their own, only where the port is budgeted, and the variable overrides."""
+    from types import SimpleNamespace
+
+    import pytest
+
+    from porter.emulated import EMULATED_MAX_CHECKS
+    from porter.emulated import EMULATED_MAX_CHECKS_ENV
+    from porter.emulated import emulated_budget
+    from porter.errors import PorterError
+
+    monkeypatch.delenv(EMULATED_MAX_CHECKS_ENV, raising=False)
+    assert emulated_budget(SimpleNamespace(max_checks=None)) is None
+    assert emulated_budget(SimpleNamespace(max_checks=2)) == EMULATED_MAX_CHECKS > 2
+    monkeypatch.setenv(EMULATED_MAX_CHECKS_ENV, "3")
+    assert emulated_budget(SimpleNamespace(max_checks=2)) == 3
+    monkeypatch.setenv(EMULATED_MAX_CHECKS_ENV, "many")
+    with pytest.raises(PorterError, match=EMULATED_MAX_CHECKS_ENV):
+        emulated_budget(SimpleNamespace(max_checks=2))

@@ -55,7 +55,8 @@ def test_port_rmsnorm_cli_end_to_end(tmp_path: Path) -> None:
              ("a100", "h100", "mi300x", "m4")}
     for t in ("a100", "h100", "mi300x"):
         assert "interpreted" in table[t] and "projected" in table[t], table[t]
-    assert "metal" in table["m4"] and "emitted" in table["m4"]
+    # the Metal kernel runs on the CPU Metal executor (g++ is part of set-up): tier emulated
+    assert "metal" in table["m4"] and "emulated" in table["m4"]
     assert "shared across targets" in res.stdout
     pack = tmp_path / "packs" / "rmsnorm"
     assert f"pack: {pack}" in res.stdout
