@@ -81,6 +81,10 @@ class FakeGenerated:
 def fake_codegen(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     import porter.port
 
+    # a stand-in generator's Metal is a placeholder: test the emitted path, not the executor
+    from porter.roles.benchmark import CPU_CHECKS
+    monkeypatch.delitem(CPU_CHECKS, "emulator", raising=False)
+
     monkeypatch.setattr(porter.port, "generate_op", lambda ref, ex, name: FakeGenerated(tmp_path))
     spec = tmp_path / "spec.py"
     spec.write_text(SPEC)
