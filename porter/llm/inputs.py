@@ -103,21 +103,6 @@ def op_context(spec: Any) -> dict[str, Any]:
     }
 
 
-def input_kinds(inputs: tuple[Any, ...]) -> tuple[str, ...]:
-    """The pack's signature: "tensor" | "bool" | "int" | "float" per input."""
-    out = []
-    for x in inputs:
-        if isinstance(x, torch.Tensor):
-            out.append("tensor")
-        elif isinstance(x, bool):
-            out.append("bool")
-        elif isinstance(x, (int, float)):
-            out.append(type(x).__name__)
-        else:
-            out.append(type(x).__name__)
-    return tuple(out)
-
-
 def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
         return f"{dtype_name(x.dtype)}[{', '.join(str(d) for d in x.shape)}]"

@@ -22,8 +22,8 @@ from porter.llm.agent import Agent
 from porter.llm.client import LLMClient
 from porter.llm.config import LLMConfig
 from porter.llm.inputs import dtype_name
-from porter.llm.inputs import input_kinds
 from porter.llm.record import Recorder
+from porter.session import input_kinds
 
 RUN_FILE = "run.json"
 

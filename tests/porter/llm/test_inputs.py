@@ -9,8 +9,8 @@ import pytest
 
 from porter.errors import SpecError
 from porter.llm.inputs import existing_kernel
-from porter.llm.inputs import input_kinds
 from porter.llm.inputs import op_context
+from porter.session import input_kinds
 from porter.specs import load_spec
 from tests.porter.llm.helpers import ROOT
 
