@@ -17,14 +17,15 @@ def cfg_text(config: dict[str, Any]) -> str:
 
 
 def failure_summary(ledger: Ledger, target: str, bucket: str, dname: str) -> str:
-    """What the candidates of one (target, bucket, dtype) with no kernel did, by kind:
-    "8 candidates, none passed: 5 misfit (registers), 3 failed sweep at bf16 (max abs err
-    3.1e-01)"."""
+    """What the candidates of one (target, bucket, dtype) with no kernel did, per candidate
+    class (the config's strategy) and, inside it, by kind of failure: "8 candidates, none
+    passed: looped x5: 3 failed sweep at bf16 (max abs err 3.1e-01), 2 misfit (registers);
+    single_pass x3: misfit (registers)". The ledger keeps each candidate's whole reason."""
     entries = [e for e in ledger
                if (e.target, e.bucket, e.dtype) == (target, bucket, dname)]
     if not entries:
         return "no candidate was offered (the search's space was empty after pruning)"
-    kinds: dict[str, list[str]] = {}
+    classes: dict[str, dict[str, list[str]]] = {}
     for e in entries:
         if e.verdict == "rejected":
             kind, detail = reject_kind(e.reason)
@@ -32,12 +33,25 @@ def failure_summary(ledger: Ledger, target: str, bucket: str, dname: str) -> str
             kind, detail = "not checked (check budget spent; raise --max-checks)", ""
         else:
             kind, detail = f"{e.verdict} ({' '.join(e.reason.split())[:60]})", ""
-        kinds.setdefault(kind, []).append(detail)
+        classes.setdefault(candidate_class(e.config), {}).setdefault(kind, []).append(detail)
     parts = []
-    for kind, details in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
-        example = next((d for d in details if d), "")
-        parts.append(f"{len(details)} {kind}" + (f" ({example})" if example else ""))
-    return f"{len(entries)} candidates, none passed: " + ", ".join(parts)
+    for cls, kinds in sorted(classes.items(), key=lambda kv: -sum(map(len, kv[1].values()))):
+        n = sum(map(len, kinds.values()))
+        whys = []
+        for kind, details in sorted(kinds.items(), key=lambda kv: -len(kv[1])):
+            example = next((d for d in details if d), "")
+            count = f"{len(details)} " if len(kinds) > 1 else ""
+            whys.append(f"{count}{kind}" + (f" ({example})" if example else ""))
+        parts.append(f"{cls} x{n}: " + ", ".join(whys))
+    return f"{len(entries)} candidates, none passed: " + "; ".join(parts)
+
+
+def candidate_class(config: dict[str, Any]) -> str:
+    """The class a candidate belongs to, for summaries: the user's own kernel, else the
+    generator's strategy ("looped", "single_pass", "tiled", ...)."""
+    if config.get("origin") == "existing":
+        return "existing kernel"
+    return str(config.get("strategy") or "generated")
 
 
 _STAGES = ("smoke", "sweep", "adversarial", "determinism", "odd_sizes")

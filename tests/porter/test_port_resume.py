@@ -165,7 +165,7 @@ def test_a_target_with_no_passing_candidate_exits_1_with_why_and_packs_the_other
     assert "Traceback" not in res.output
     # the summary names the target and what its candidates did, by kind
     assert "no kernel for h100" in res.output
-    assert "none passed: 3 failed sweep at fp32 (max abs err 3.000e-01)" in res.output
+    assert "none passed: generated x3: failed sweep at fp32 (max abs err 3.000e-01)" in res.output
     # every verdict line that says rejected says why
     rejected = [ln for ln in res.output.splitlines() if "-> rejected" in ln]
     assert rejected and all("rejected: failed sweep at fp32" in ln for ln in rejected)
