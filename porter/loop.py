@@ -179,7 +179,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
         else:
             why = failure_summary(session.ledger, hw.name, bucket, dname)
             failures.append(f"{bucket}/{dname}: {why}")
-            notes.append(f"{bucket}/{dname}: no candidate passed")
+            notes.append(f"{bucket}/{dname}: no candidate passed: {why}")  # why, per class
             outcome = f"no kernel: {why}"
         elapsed = time.perf_counter() - started
         left = elapsed / index * (len(units) - index)

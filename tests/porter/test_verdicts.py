@@ -95,6 +95,9 @@ def test_port_with_every_candidate_failing_says_why_per_class(
     for f in failures:
         assert "looped x2: failed sweep at fp32 (max abs err 3.000e-01)" in f
         assert "single_pass x2: misfit (registers)" in f
+    # so do the target's notes (printed even when other units of the target got a kernel)
+    assert any("no candidate passed: 4 candidates, none passed: " in n
+               for n in res.missing[0].notes)
     # the per-unit progress line says the same
     units = [ln for ln in lines if "no kernel: 4 candidates, none passed: " in ln]
     assert units and all("looped x2: failed sweep" in ln and "single_pass x2: misfit" in ln
