@@ -25,10 +25,14 @@ from porter.codegen.ir import value_class
 
 @dataclass(frozen=True)
 class Coord:
-    """One dimension's index expression; `col` is True when it varies along the tile's columns."""
+    """One dimension's index expression; `col` is True when it varies along the tile's columns.
+    `unit`: a row coordinate whose stride is a constexpr as the columns' are (the column
+    kernel's positions along the last dim: a unit stride the compiler sees gives 16-byte
+    vector loads)."""
 
     expr: str
     col: bool = False
+    unit: bool = False
 
 
 ZERO = Coord("0")
@@ -449,7 +453,7 @@ class Emitter:
         for d, (c, s) in enumerate(zip(coords, n.shape, strict=True)):
             if s == 1 or c.expr == "0":
                 continue
-            term = f"{c.expr} * {self.args.input_stride(k, d, c.col)}"
+            term = f"{c.expr} * {self.args.input_stride(k, d, c.col or c.unit)}"
             (terms_col if c.col else terms_row).append(term)
         used = tuple(c for c, s in zip(coords, n.shape, strict=True) if s != 1 and c.expr != "0")
         mask = self.mask_for(used, extra) if used else extra

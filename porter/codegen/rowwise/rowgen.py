@@ -106,7 +106,7 @@ def store_outputs(rg: RowGen, em: Emitter, kinds: tuple[str, ...],
         else:
             val = em.eval(o, coords)
         ptr = args.output_ptr(j)
-        terms = [f"({c.expr} * {args.output_stride(j, d, c.col)})"
+        terms = [f"({c.expr} * {args.output_stride(j, d, c.col or c.unit)})"
                  for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
                  if s != 1 and c.expr != "0"]
         mask = em.full_mask if kind == "full" else "row_mask"
