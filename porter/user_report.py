@@ -142,8 +142,11 @@ def statuses(result: PortResult, kernel_source: str = "") -> list[Status]:
         if not user:
             state, why = "not offered", (f"the {tr.backend} backend does not run Triton "
                                          "kernels; the generated kernel is ported there")
-        elif any(_best([e]) is not None and tier_rank(e.tier) >= tier_rank("interpreted")
+        elif any(_best([e]) is not None and (tier_rank(e.tier) >= tier_rank("interpreted")
+                                             or e.numbers.get("label") == "measured")
                  for e in user):
+            # (a config that passed the device's smoke check and was timed, then lost to the
+            # kept kernel, stays at tier compiled; it ran, right, at its shape)
             state, why = "ran", ""
         elif all(e.verdict == "rejected" for e in user):
             from porter.recorder import blocker

@@ -263,3 +263,29 @@ def test_liger_cross_entropy_is_cross_compiled_and_its_torch_calls_named(tmp_pat
     judged = [e for e in _ledger(res) if e["config"].get("origin") == "existing"]
     assert {k["kernel"] for e in judged for k in e["details"].get("kernels", [])} == {
         "liger_cross_entropy_kernel"}
+
+
+def test_a_user_config_timed_on_the_device_and_beaten_counts_as_ran(tmp_path: Path) -> None:
+    # On the GPU a config that passes the smoke check at its shape and is timed, then loses to
+    # the kept kernel, stays at tier "compiled" with measured numbers: the user's kernel ran.
+    from porter import user_report
+    from porter.ledger import Ledger
+    from porter.ledger import LedgerEntry
+    from porter.results import PortResult
+    from porter.results import TargetResult
+
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    common = {"target": "h100", "bucket": "4096x4096", "dtype": "bf16", "shape": (4096, 4096)}
+    ledger.record(LedgerEntry(**common, config={"origin": "existing"}, source_hash="u",
+                              tier="compiled", verdict="reverted",
+                              reason="checked at its shape (smoke) and timed; slower than the kept",
+                              numbers={"time_ms": 0.7, "label": "measured"}))
+    ledger.record(LedgerEntry(**common, config={"BLOCK_N": 4096}, source_hash="g",
+                              tier="measured", verdict="kept", reason="fastest",
+                              numbers={"time_ms": 0.04, "label": "measured"}))
+    tr = TargetResult(target="h100", vendor="nvidia", backend="triton-cuda", arch="90",
+                      hw_model_hash="", tolerance="", choices=())
+    res = PortResult(op="x", spec_path=tmp_path / "spec.py", run_dir=tmp_path, targets=(tr,),
+                     versions={}, fusion={}, signature=("tensor",))
+    (status,) = user_report.statuses(res)
+    assert status.state == "ran", status
