@@ -67,8 +67,13 @@ def odd_shapes(problem: Problem, interpreted: bool) -> tuple[Shape, ...]:
 
     Derived: the innermost dim replaced by each of ODD_INNER_SIZES, plus one shape whose outer
     dims are odd too (3 and 5 rows). Under the interpreter, outer dims shrink only when the
-    shape exceeds INTERPRET_ODD_BUDGET.
+    shape exceeds INTERPRET_ODD_BUDGET. `problem.extra["interpret_odd_shapes"]` overrides the
+    shrinking under the interpreter (shapes that are not tensor dims, such as a KernelBench
+    file's size globals, cannot be shrunk dim by dim: their owner sizes them).
     """
+    given = problem.extra.get("interpret_odd_shapes")
+    if interpreted and given:
+        return dedup_shapes(tuple(s) for s in given)
     if problem.odd_shapes:
         shapes = [tuple(s) for s in problem.odd_shapes]
     else:

@@ -284,6 +284,28 @@ class KernelBenchProblem:
             value[g] = max(MIN_REDUCIBLE, _keep_parity(value[g] // 2, g))
         return current()
 
+    def odd(self, shape: Shape) -> Shape:
+        """`shape` with every even size above MIN_REDUCIBLE made odd (one less), for the judge's
+        odd-sizes stage; sizes equal in `shape` stay equal (a bias of ``(out_features,)`` keeps
+        its tie). Sizes the file cannot take (a group count that must divide the channels, a
+        view that needs an even width) are found by building the model and running it there
+        once at these small sizes; then `shape` itself is returned.
+        """
+        value = {v: v - 1 for v in shape if v > MIN_REDUCIBLE and v % 2 == 0}
+        odd = tuple(value.get(v, v) for v in shape)
+        if odd == tuple(shape):
+            return odd
+        try:
+            inputs = self.make_inputs(odd, torch.float32, torch.device("cpu"),
+                                      torch.Generator().manual_seed(0))
+            with torch.no_grad():
+                self.reference(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the file's own constraint: keep the sizes
+            log.debug("%s: odd sizes %s do not fit the file (%s); odd-sizes stage at %s",
+                      self.path, odd, exc, shape)
+            return tuple(shape)
+        return odd
+
     def _input_elements(self, shape: Shape) -> int:
         # Evaluated through the real get_inputs on the meta device: no memory, exact structure.
         mod = self.module(shape)
@@ -464,9 +486,10 @@ def load_kernelbench(path: Path) -> OpSpec:
         dtypes=(torch.float32,),  # what the file's get_inputs produces
         source_kind="kernelbench",
         description=f"KernelBench {stem}: {doc}",
-        # The judge's default odd sizes would not know which entry is which: the smallest
-        # reduced sizes already keep non-powers of two odd.
-        odd_shapes=(interpret_shapes[-1],),
+        # The judge's default odd sizes would not know which entry is which (a shape here is
+        # the file's size globals, not a tensor's dims): the smallest reduced sizes with every
+        # even size made odd, where the file can take that (see KernelBenchProblem.odd).
+        odd_shapes=(kb.odd(interpret_shapes[-1]),),
         shape_names=names,
         size_note=kb.describe,
     )

@@ -148,6 +148,11 @@ class OpSpec:
         }
         if self.shape_names:
             extra["shape_names"] = self.shape_names
+        if self.source_kind == "kernelbench" and self.odd_shapes:
+            # A KernelBench shape is the file's size globals, not a tensor's dims: shrinking it
+            # dim by dim would untie sizes the file ties (a bias of (out_features,)); the
+            # ingestion already sized these for the interpreter.
+            extra["interpret_odd_shapes"] = self.odd_shapes
         return Problem(
             name=self.name,
             reference=self.reference,

@@ -286,3 +286,67 @@ def test_layernorm_kernel_serves_every_size() -> None:
         torch.testing.assert_close(mod.launch(*args).double(), want, atol=1e-5, rtol=1e-5)
     # the normalized_shape attribute is restored after each call
     assert kb.model(small).norm.normalized_shape == tuple(small[1:])
+
+
+GEMM_BIAS = (
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "class Model(nn.Module):\n"
+    "    def __init__(self, in_features, out_features, bias_shape):\n"
+    "        super().__init__()\n"
+    "        self.gemm = nn.Linear(in_features, out_features, bias=False)\n"
+    "        self.bias = nn.Parameter(torch.randn(bias_shape))\n"
+    "    def forward(self, x):\n"
+    "        return torch.relu(self.gemm(x) + self.bias)\n"
+    "batch_size = 1024\n"
+    "in_features = 8192\n"
+    "out_features = 8192\n"
+    "bias_shape = (out_features,)\n"
+    "def get_inputs():\n"
+    "    return [torch.rand(batch_size, in_features)]\n"
+    "def get_init_inputs():\n"
+    "    return [in_features, out_features, bias_shape]\n"
+)
+
+
+def test_odd_sizes_keep_the_files_ties_and_are_odd(tmp_path: Path) -> None:
+    # KernelBench 76 (level 2): the bias is (out_features,); a judge shrinking the size globals
+    # as if they were a tensor's dims untied them ("size of tensor a (8) must match ... (256)")
+    from harness.shapes import odd_shapes
+
+    p = tmp_path / "76_Gemm_Add_ReLU.py"
+    p.write_text(GEMM_BIAS)
+    spec = load_spec(p)
+    (odd,) = spec.odd_shapes
+    sizes = dict(zip(spec.shape_names, odd))
+    assert sizes["out_features"] == sizes["bias_shape[0]"]
+    assert all(v % 2 == 1 for v in odd)  # 1024, 8192 -> reduced powers of two -> made odd
+    # the judge takes them as they are, with and without the interpreter
+    for interpreted in (True, False):
+        assert odd_shapes(spec.problem(interpret=interpreted), interpreted) == (odd,)
+    args = spec.make_inputs(odd, torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+    assert spec.reference(*args).shape == (sizes["batch_size"], sizes["out_features"])
+
+
+def test_odd_sizes_the_file_cannot_take_fall_back(tmp_path: Path) -> None:
+    # GroupNorm needs its channels divisible by its groups: odd channels do not fit
+    p = tmp_path / "1_GN.py"
+    p.write_text(
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, groups, channels):\n"
+        "        super().__init__()\n"
+        "        self.gn = nn.GroupNorm(groups, channels)\n"
+        "    def forward(self, x):\n"
+        "        return self.gn(x)\n"
+        "batch_size = 64\n"
+        "groups = 4\n"
+        "channels = 64\n"
+        "def get_inputs():\n"
+        "    return [torch.randn(batch_size, channels, 32)]\n"
+        "def get_init_inputs():\n"
+        "    return [groups, channels]\n"
+    )
+    spec = load_spec(p)
+    assert spec.odd_shapes == (spec.interpret_shapes[-1],)
