@@ -18,6 +18,8 @@ from porter.codegen.rowwise.rowgen import store_post_inputs
 from porter.codegen.rowwise.variance import shift_point
 from porter.codegen.rowwise.variance import shifted_result
 
+Span = tuple[str, str]  # a loop's first column and its end (code expressions)
+
 
 def looped(rg: RowGen) -> tuple[list[str], list[tuple[int, int]]]:
     """The looped kernel's body: one pass over the row per reduction (a max and its sum of
@@ -49,11 +51,17 @@ def looped(rg: RowGen) -> tuple[list[str], list[tuple[int, int]]]:
     return em.lines, online
 
 
-def open_loop(em: Emitter) -> None:
-    """Start a loop over the row's BLOCK_N chunks (values computed inside stay inside)."""
-    em.emit("for start in range(0, n_cols, BLOCK_N):")
+# The columns a loop walks: the whole row; the split-row kernels walk one chunk of it
+# (`split_row`, whose `lo` and `hi` bound the program's chunk).
+ROW: Span = ("0", "n_cols")
+
+
+def open_loop(em: Emitter, span: Span = ROW) -> None:
+    """Start a loop over the BLOCK_N blocks of `span` (values computed inside stay inside)."""
+    lo, hi = span
+    em.emit(f"for start in range({lo}, {hi}, BLOCK_N):")
     em.emit("    cols = start + tl.arange(0, BLOCK_N)[None, :]")
-    em.emit("    mask = row_mask & ((cols < n_cols) | EVEN)")
+    em.emit(f"    mask = row_mask & ((cols < {hi}) | EVEN)")
     em.indent += 1
     em.reset()
 
@@ -63,11 +71,11 @@ def close_loop(em: Emitter) -> None:
     em.reset()
 
 
-def looped_reduce(rg: RowGen, em: Emitter, r: Node) -> None:
+def looped_reduce(rg: RowGen, em: Emitter, r: Node, span: Span = ROW) -> None:
     """r over the row's chunks: a per-lane accumulator, reduced once after the loop."""
     kind = r.attrs["kind"]
     em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
-    open_loop(em)
+    open_loop(em, span)
     v = lanes_as_identity(em, em.eval(r.args[0], rg.full), kind)
     v = f"({v}).to(tl.float32)" if kind == "sum" else v
     em.emit("acc = " + COMBINE[kind].format(a="acc", b=v))
@@ -75,7 +83,7 @@ def looped_reduce(rg: RowGen, em: Emitter, r: Node) -> None:
     em.reduced[r.id] = em.tmp(f"{REDUCE[kind]}(acc, axis=1)[:, None]", "red")
 
 
-def online_max_sum(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
+def online_max_sum(rg: RowGen, em: Emitter, r: Node, s: Node, span: Span = ROW) -> None:
     """r, the row's max of g, and s, its sum of exp(g - max), in one loop (online softmax).
 
     A running (max, sum of exp) per lane position, not per row: the chunk [ROWS, BLOCK_N] is
@@ -86,7 +94,7 @@ def online_max_sum(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
     (bench/NOTES.md item 39)."""
     em.emit("m_lane = tl.full([ROWS, LANES], float('-inf'), tl.float32)")
     em.emit("s_lane = tl.zeros([ROWS, LANES], tl.float32)")
-    open_loop(em)
+    open_loop(em, span)
     gv = em.eval(r.args[0], rg.full)
     em.emit(f"g = tl.reshape({lanes_as_identity(em, gv, 'max')}, "
             "[ROWS, BLOCK_N // LANES, LANES])")
@@ -104,12 +112,12 @@ def online_max_sum(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
         f"tl.sum(s_lane * tl.exp2(m_lane * {LOG2E} - {shift}), axis=1)[:, None]", "red")
 
 
-def robust_norm(rg: RowGen, em: Emitter, r: Node, s: Node) -> None:
+def robust_norm(rg: RowGen, em: Emitter, r: Node, s: Node, span: Span = ROW) -> None:
     """r, max |x|, and s, sum((|x| / max)^2), in one loop: the sum is rescaled when the max
     grows."""
     em.emit("m_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
     em.emit("s_acc = tl.zeros([ROWS, BLOCK_N], tl.float32)")
-    open_loop(em)
+    open_loop(em, span)
     av = em.eval(r.args[0], rg.full)
     em.emit(f"a = {lanes_as_identity(em, av, 'sum')}")
     em.emit("m_new = tl.maximum(m_acc, a)")

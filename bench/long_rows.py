@@ -1,0 +1,258 @@
+"""Long rows on the GPU: the row-wise generator's long-row families (split_row, looped_l2)
+against its other families, torch eager and torch.compile, at the shapes of issue 31.
+
+    python -m bench.long_rows --out DIR [--cases ln3_16x64x256x256_fp32,...]
+                              [--per-family 2] [--per-new 6] [--reps 20] [--no-compile]
+
+Per case: the generated module (compiled, not interpreted) runs up to --per-family configs of
+each existing family the variant space offers at that shape (the launcher's own default config
+among them) and --per-new of each long-row family, spread over the space's order; each config's
+output is first checked against the reference in float64 on the first rows (rows are
+independent; a 6.4 GB softmax has no float64 copy), and a wrong config is listed, never timed.
+The right ones are screened (`harness.timing.compare`, interleaved, L2 flushed, --screen-reps),
+then the best of each family, eager and torch.compile are timed together (--reps, medians). The
+table gives ms, GB/s (inputs read once + outputs written once: the ideal traffic), % of the
+device's measured copy bandwidth (hwmodels), and speedups over eager and torch.compile. Rows go
+to DIR/long_rows.jsonl after a line naming the device and versions.
+
+Device time: ~2-3 minutes on an H100 with the defaults (most of it compiling).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+REPO = Path(__file__).resolve().parents[1]
+NEW = ("split_row", "looped_l2")
+CHECK_ROWS = 8  # rows checked in float64
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
+
+
+def layernorm3(x, w, b):
+    return F.layer_norm(x, x.shape[1:], w, b, 1e-5)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def log_softmax(x):
+    return torch.log_softmax(x, dim=-1)
+
+
+def rmsnorm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    fn: Callable[..., Any]
+    shape: tuple[int, ...]  # of x; weights take the normalised dims
+    dtype: torch.dtype
+    weights: int = 0  # trailing-dim tensors after x (layernorm: w, b; rmsnorm: w)
+    norm_dims: int = 1  # trailing dims the weights cover
+
+    def inputs(self, device: Any, seed: int = 0) -> tuple[torch.Tensor, ...]:
+        gen = torch.Generator(device=device).manual_seed(seed)
+        x = torch.randn(self.shape, generator=gen, device=device, dtype=self.dtype)
+        ws = [torch.randn(self.shape[-self.norm_dims:], generator=gen, device=device,
+                          dtype=self.dtype) for _ in range(self.weights)]
+        return (x, *ws)
+
+    def small(self) -> tuple[torch.Tensor, ...]:
+        """Example inputs of the same rank and dtype, to generate the module from."""
+        shape = tuple(min(s, 4) for s in self.shape[:-self.norm_dims]) + \
+            tuple(min(s, 8) for s in self.shape[-self.norm_dims:])
+        return Case(self.name, self.fn, shape, self.dtype, self.weights,
+                    self.norm_dims).inputs("cpu")
+
+
+def _cases() -> list[Case]:
+    out = [Case("ln3_16x64x256x256_fp32", layernorm3, (16, 64, 256, 256), torch.float32, 2, 3),
+           Case("softmax_4096x393216_fp32", softmax, (4096, 393216), torch.float32)]
+    for fn in (softmax, log_softmax):
+        for width in (50257, 151936):
+            for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
+                out.append(Case(f"{fn.__name__}_4096x{width}_{tag}", fn, (4096, width), dt))
+    out.append(Case("rmsnorm_16x4194304_fp32", rmsnorm, (16, 4194304), torch.float32, 1, 1))
+    return out
+
+
+def family(cfg: dict[str, Any]) -> str:
+    return cfg["strategy"]
+
+
+def pick(space: list[dict[str, Any]], default: dict[str, Any], per_family: int,
+         per_new: int) -> dict[str, list[dict[str, Any]]]:
+    """Up to per_family configs of each family (per_new of the long-row ones), spread evenly
+    over the space's order; the launcher's default first in its family."""
+    by: dict[str, list[dict[str, Any]]] = {}
+    for c in space:
+        by.setdefault(family(c), []).append(c)
+    out = {}
+    for fam, cfgs in by.items():
+        n = per_new if fam in NEW else per_family
+        step = max(1, len(cfgs) // n)
+        chosen = cfgs[::step][:n]
+        if family(default) == fam:
+            chosen = [default] + [c for c in chosen if c != default][:n - 1]
+        out[fam] = chosen
+    return out
+
+
+def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    g = got.double()
+    if not torch.isfinite(g).all():
+        return float("inf")
+    return float((g - want).abs().max() / want.abs().max().clamp_min(1e-30))
+
+
+def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
+    from harness.timing import compare
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    t0 = time.time()
+    op = generate(case.fn, case.small(), name=f"lr_{case.name}")
+    mod = load_generated_module(op.triton_module_source(), f"lr_{case.name}", interpret=False)
+    dev = torch.device("cuda")
+    inputs = case.inputs(dev)
+    space = op.variant_space(hw, inputs, case.dtype)
+    default = op.default_config(hw, inputs, case.dtype)
+    chosen = pick(space, default, args.per_family, args.per_new)
+    # float64 reference on the first rows (each row is independent)
+    head = tuple(t[:CHECK_ROWS] if i == 0 else t for i, t in enumerate(inputs))
+    want = case.fn(*(t.double() for t in head))
+    rows: list[dict[str, Any]] = []
+    good: dict[str, Callable[..., Any]] = {}
+    for fam, cfgs in chosen.items():
+        for i, cfg in enumerate(cfgs):
+            key = f"{fam}#{i}"
+            try:
+                got = mod.launch(*inputs, config=cfg)
+                torch.cuda.synchronize()
+                err = max_rel_err(got[:CHECK_ROWS], want)
+                del got
+            except Exception as exc:  # noqa: BLE001 - a config that fails is a result
+                rows.append({"case": case.name, "provider": key, "config": cfg,
+                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
+                continue
+            if err > TOL[case.dtype]:
+                rows.append({"case": case.name, "provider": key, "config": cfg,
+                             "error": f"max rel err {err:.3g} > {TOL[case.dtype]}"})
+                continue
+            good[key] = (lambda c: (lambda *a: mod.launch(*a, config=c)))(cfg)
+            rows.append({"case": case.name, "provider": key, "config": cfg, "max_rel_err": err})
+    if not good:
+        return rows
+    make_args = lambda: inputs  # noqa: E731 - one set: every case's input is far over L2
+    screen = compare(good, make_args, hw=hw, reps=args.screen_reps, warmup=1, graph=False)
+    best: dict[str, str] = {}
+    for key, timing in screen.timings.items():
+        fam = key.split("#")[0]
+        if fam not in best or timing.median_ms < screen.timings[best[fam]].median_ms:
+            best[fam] = key
+    final: dict[str, Callable[..., Any]] = {fam: good[key] for fam, key in best.items()}
+    final["eager"] = case.fn
+    if not args.no_compile:
+        compiled = torch.compile(case.fn, dynamic=False)
+        final["torch.compile"] = compiled
+    cmp = compare(final, make_args, hw=hw, reps=args.reps, warmup=2, graph=False)
+    nbytes = sum(t.numel() * t.element_size() for t in inputs) + \
+        inputs[0].numel() * inputs[0].element_size()  # one full-size output
+    copy = hw.measured_value("copy_bandwidth_gbps") or hw.peak_bandwidth_gbps
+    for name, timing in cmp.timings.items():
+        ms = timing.median_ms
+        gbps = nbytes / ms / 1e6
+        row = {"case": case.name, "provider": name, "final": True, "ms": ms, "gbps": gbps,
+               "pct_copy": 100 * gbps / copy,
+               "x_eager": cmp.speedup(name, "eager").median,
+               "x_compile": (cmp.speedup(name, "torch.compile").median
+                             if "torch.compile" in cmp.timings else None),
+               "config": next((r["config"] for r in rows
+                               if r["provider"] == best.get(name)), None)}
+        rows.append(row)
+    rows.append({"case": case.name, "seconds": time.time() - t0})
+    return rows
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    final = [r for r in rows if r.get("final")]
+    errors = [r for r in rows if "error" in r]
+    if not final and not errors:
+        return
+    case = (final or errors)[0]["case"]
+    print(f"\n{case}")
+    print(f"  {'provider':<15}{'ms':>9}{'GB/s':>9}{'% copy':>8}{'x eager':>9}{'x compile':>10}"
+          "  config")
+    for r in sorted(final, key=lambda r: r["ms"]):
+        xc = f"{r['x_compile']:.2f}" if r["x_compile"] is not None else "-"
+        cfg = {k: v for k, v in (r["config"] or {}).items() if k not in ("dtype", "strategy")}
+        print(f"  {r['provider']:<15}{r['ms']:>9.3f}{r['gbps']:>9.0f}{r['pct_copy']:>7.1f}%"
+              f"{r['x_eager']:>9.2f}{xc:>10}  {cfg or ''}")
+    for r in errors:
+        print(f"  {r['provider']:<15} WRONG OR FAILED: {r['error']}  {r['config']}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    cases = _cases()
+    ap = argparse.ArgumentParser(prog="python -m bench.long_rows", description=__doc__.split(
+        "\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
+                    + ", ".join(c.name for c in cases))
+    ap.add_argument("--per-family", type=int, default=2,
+                    help="configs tried per existing family (the default among them)")
+    ap.add_argument("--per-new", type=int, default=6,
+                    help="configs tried per long-row family (split_row, looped_l2)")
+    ap.add_argument("--screen-reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
+    args = ap.parse_args(argv)
+    if args.cases:
+        names = set(args.cases.split(","))
+        unknown = names - {c.name for c in cases}
+        if unknown:
+            raise SystemExit(f"long_rows: unknown case(s) {sorted(unknown)}")
+        cases = [c for c in cases if c.name in names]
+
+    import hwmodels
+    from harness import env_info
+    from harness.timing import require_gpu
+
+    require_gpu()
+    det = hwmodels.detect()
+    if det.model is None:
+        raise SystemExit("long_rows: the local GPU matches no hardware model in hwmodels/devices/")
+    hw = det.model
+    args.out.mkdir(parents=True, exist_ok=True)
+    meta = {"meta": True, "device": det.device_name, "hw_model": hw.name,
+            "versions": env_info.versions(),
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
+            "copy_gbps": hw.measured_value("copy_bandwidth_gbps"), "reps": args.reps}
+    print(json.dumps(meta), flush=True)
+    with (args.out / "long_rows.jsonl").open("a") as sink:
+        sink.write(json.dumps(meta) + "\n")
+        for case in cases:
+            rows = run_case(case, hw, args)
+            torch.cuda.empty_cache()  # the case's inputs and outputs (up to 13 GB) go back
+            for r in rows:
+                sink.write(json.dumps(r, default=str) + "\n")
+            sink.flush()
+            print_table(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,150 @@
+"""The variant space of the row-wise generator's long-row families: when the search offers each,
+and their knobs. Both run only on backends whose language is Triton (`capabilities()`); the
+Metal backend has its own space (`porter.codegen.metal.variant_space`).
+
+- split_row (`rowwise/split_row.py`): each row in SPLIT chunks or fewer, one program each, a
+  partials kernel then an apply kernel. Offered where the rows alone fill fewer than
+  FILL_WAVES programs per SM (16 rows of 4,194,304 elements: 16 programs for 132 SMs) and a
+  row is long enough for MIN_SPLIT_COLS chunks of the largest block, and where the op's graph
+  fits (`split_row.why_not`). Knobs: GROUP_ROWS, the rows of one partials-and-apply launch
+  pair, so that a group's rows fit in half the L2 and the apply kernel re-reads them from it
+  (absent: all rows in one pair); SPLIT, so that a launch's rows x SPLIT is 2, 4 or 8
+  programs per SM (the SM count from the hardware model), at most MAX_SPLIT; BLOCK_N and
+  warps (4 to 32 values per thread and accumulator).
+- looped_l2 (the looped body in a loop over rows): where the looped kernel reads each row twice
+  (reductions, then full-row outputs) and rows are wider than the default single pass holds
+  (MIN_L2_COLS), in grids of FILL_WAVES+ programs per SM (fewer rows: one program per row is no
+  more than the cap), with more bytes in all than half the L2 holds (else L2 keeps them anyway).
+  Knobs: RESIDENT_BYTES, a share (L2_SHARES) of the L2 the hardware model states, which caps the
+  grid at RESIDENT_BYTES // row bytes programs, so that the second read of a row hits L2 (DRAM
+  traffic ~2N instead of 3N); PROGRAMS_PER_SM (the other cap); BLOCK_N and warps as the looped
+  kernel's.
+
+Not yet measured on a device: `bench/long_rows.py` times both against the other families.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import TYPE_CHECKING
+from typing import Any
+
+from porter.codegen import heuristics
+
+if TYPE_CHECKING:
+    from hwmodels.model import HardwareModel
+    from porter.codegen.op import GeneratedOp
+
+log = logging.getLogger(__name__)
+
+FILL_WAVES = 2  # split only while the rows give fewer programs than this per SM
+MIN_SPLIT_COLS = 16384  # shorter rows: one program each (single pass or looped)
+SPLIT_WAVES = (2, 4, 8)  # programs per SM the split grid aims at
+SPLIT_BLOCKS = (1024, 2048, 4096)
+MAX_SPLIT = 1024  # the apply kernel loads a row's partials at once (SPLIT values each)
+MIN_L2_COLS = 32768 + 1  # the default's widest single pass (heuristics._rowwise_tile)
+L2_SHARES = (0.25, 0.5, 0.75)
+L2_BLOCKS = (2048, 4096, 8192)
+
+
+def offered_on(hw: HardwareModel) -> bool:
+    """Whether `hw`'s backend runs the long-row kernels: those that emit Triton."""
+    import targets
+
+    return targets.for_device(hw).capabilities().language == "triton"
+
+
+def not_offered(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
+                elem_bytes: int) -> dict[str, str]:
+    """Each long-row family the search does not offer for this shape on `hw`, with why."""
+    out: dict[str, str] = {}
+    if not offered_on(hw):
+        reason = f"{hw.name}'s backend does not emit Triton"
+        return {"split_row": reason, "looped_l2": reason}
+    sms = int(hw.compute_units.value)
+    if op.plan is None or not op._mm.get("split_row"):
+        out["split_row"] = op._mm.get("split_why_not") or "not a row-wise op"
+    elif n_rows >= FILL_WAVES * sms:
+        out["split_row"] = f"{n_rows} rows give {FILL_WAVES}+ programs per SM of {sms}"
+    elif n_cols < MIN_SPLIT_COLS:
+        out["split_row"] = f"rows of {n_cols} < {MIN_SPLIT_COLS} columns: one program holds one"
+    row_bytes = n_cols * elem_bytes
+    if op.plan is None or not op._mm.get("looped_l2"):
+        out["looped_l2"] = "no full-row output after the reductions (one read per row), or a fold"
+    elif n_cols < MIN_L2_COLS:
+        out["looped_l2"] = f"rows of {n_cols} <= {MIN_L2_COLS - 1} columns: the single pass"
+    elif n_rows < FILL_WAVES * sms:
+        out["looped_l2"] = f"{n_rows} rows: a grid of one program per row is no larger"
+    elif n_rows * row_bytes <= hw.llc_bytes // 2:
+        out["looped_l2"] = "all rows fit in half the L2 already"
+    return out
+
+
+def configs(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int, elem_bytes: int,
+            warps_ok: list[int]) -> list[dict[str, Any]]:
+    """The long-row families' configs for this shape on `hw` (logs why a family is not
+    offered)."""
+    skip = not_offered(op, hw, n_rows, n_cols, elem_bytes)
+    for family, why in skip.items():
+        log.info("%s: %s not offered at %d x %d: %s", op.name, family, n_rows, n_cols, why)
+    out: list[dict[str, Any]] = []
+    if "split_row" not in skip:
+        out += _split_row(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
+    if "looped_l2" not in skip:
+        out += _looped_l2(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
+    return out
+
+
+def _values_per_thread_ok(block: int, warps: int, warp: int) -> bool:
+    """4 to 32 values per thread and accumulator, in programs of 4 to 16 warps (a long row's
+    program keeps many loads in flight; more warps than 16 wait on one barrier)."""
+    return 4 <= warps <= 16 and 4 <= block / (warps * warp) <= 32
+
+
+def _split_row(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
+               elem_bytes: int, warps_ok: list[int]) -> list[dict[str, Any]]:
+    sms, warp = int(hw.compute_units.value), hw.warp_size
+    # rows per launch pair: all, or as many as fill half the L2 (at least one)
+    group = max(1, (hw.llc_bytes // 2) // max(1, n_cols * elem_bytes))
+    groups = [None] + ([group] if group < n_rows else [])
+    out = []
+    for g, block, w in itertools.product(groups, SPLIT_BLOCKS, warps_ok):
+        if not _values_per_thread_ok(block, w, warp):
+            continue
+        # chunks per row so that one launch's grid is SPLIT_WAVES programs per SM
+        rows = g or n_rows
+        splits = {min(MAX_SPLIT, heuristics._next_pow2(-(-waves * sms // rows)))
+                  for waves in SPLIT_WAVES}
+        for split in sorted(splits):
+            if n_cols < split * block // 2:
+                continue  # chunks so short that rounding them to blocks drops most of them
+            cfg = {"strategy": "split_row", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
+                   "num_warps": w, "num_stages": 1}
+            if g is not None:
+                cfg["GROUP_ROWS"] = g
+            if op._mm.get("online"):
+                cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
+            out.append(cfg)
+    return out
+
+
+def _looped_l2(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
+               elem_bytes: int, warps_ok: list[int]) -> list[dict[str, Any]]:
+    warp = hw.warp_size
+    lanes = op._mm.get("online") or op._mm.get("one_round_variance")
+    var1 = (False, True) if op._mm.get("one_round_variance") else (False,)
+    out = []
+    for share, block, w, per_sm, v in itertools.product(L2_SHARES, L2_BLOCKS, warps_ok, (1, 2),
+                                                        var1):
+        if not _values_per_thread_ok(block, w, warp):
+            continue
+        cfg = {"strategy": "looped_l2", "ROWS": 1, "BLOCK_N": block, "num_warps": w,
+               "num_stages": 1, "RESIDENT_BYTES": int(share * hw.llc_bytes),
+               "PROGRAMS_PER_SM": per_sm}
+        if lanes:
+            cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
+        if v:
+            cfg["VAR1"] = True
+        out.append(cfg)
+    return out
