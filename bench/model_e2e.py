@@ -7,7 +7,7 @@
 What it does, in one process (the porting step in a child process, `porter port-profile`):
 1. builds `examples/llama_block/model.py` at `--size` (default realistic: hidden 4096, MLP 11008,
    32 heads, 2 layers, batch 4 x 2048 tokens, bf16) on the GPU;
-2. profiles it (`porter.model_profile.profile_model`: device time per fused group) and ranks
+2. profiles it (`porter.model.profile.profile_model`: device time per fused group) and ranks
    the groups by Amdahl's law on the device's hardware model;
 3. ports the top `--top` groups on this GPU (measured tier, the default budget) unless `--packs`
    is given, then ranks again with the packs' measured times;
@@ -78,10 +78,10 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
 
     import hwmodels
-    from porter.model_profile import format_profile
-    from porter.model_profile import load_model
-    from porter.model_profile import profile_model
-    from porter.model_profile import save_profile
+    from porter.model.load import load_model
+    from porter.model.profile import profile_model
+    from porter.model.report import format_profile
+    from porter.model.report import save_profile
 
     if args.dry_run:
         hw = hwmodels.get("h100")
@@ -219,7 +219,7 @@ def _op_of(result: Any, pack_name: str) -> Any:
 def _report(prof: dict[str, Any], result: Any, timings: dict[str, Any] | None, hw: Any,
             size: str, packs: Path, args: argparse.Namespace) -> str:
     from harness import env_info
-    from porter.model_profile import combined_gain
+    from porter.model.rank import combined_gain
 
     v = {k: val for k, val in env_info.versions().items() if val is not None}
     lines = [f"# Example model end to end on {prof['device']} ({hw.name})", "",

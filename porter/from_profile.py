@@ -4,7 +4,7 @@
     results = port_from_profile(profile, top=2, targets=["h100"], out_dir="packs/")
 
 Each spec is the group as the model ran it: its reference is the group's own code from the
-model's torch.fx graph (`porter.model_graph`: the model's numerics, casts included), SHAPES are
+model's torch.fx graph (`porter.model.graph`: the model's numerics, casts included), SHAPES are
 the shapes of the group's first input at each place the model ran it (not generic shapes), and
 DTYPES the dtypes it ran in. Its other inputs are sized from that shape by broadcasting
 alignment (a norm weight of (hidden,) follows the last size), or fixed where they do not align.
@@ -207,7 +207,7 @@ def port_from_profile(profile: dict[str, Any], *, top: int, targets: list[str],
     """Write the top groups' specs under `run_dir/specs` and port each to `targets`.
 
     Args:
-        profile: a profile from `porter.model_profile.profile_model` (or its JSON).
+        profile: a profile from `porter.model.profile.profile_model` (or its JSON).
         top: how many of the best-ranked groups to port.
         targets: hardware-model names.
         out_dir: packs folder (one pack per group, named as the group's pack name).

@@ -6,7 +6,7 @@
 
 The convention of Liger-Kernel's `apply_liger_kernel_to_*` (swap the model's pieces for faster
 kernels, keep its parameters and its interface), done on the model's torch.fx graph: the model is
-traced (`porter.model_graph`), cut into the same fused groups `porter profile` ranks, and every
+traced (`porter.model.graph`), cut into the same fused groups `porter profile` ranks, and every
 group whose pack (`<packs>/<group pack name>/`, written by `porter port-profile`) is there is
 replaced by one call of the pack's kernel registered as a `torch.library` custom op. The original
 model is not modified; `result.model` is a `torch.fx.GraphModule` sharing its parameters.
@@ -38,8 +38,8 @@ import torch
 import torch.fx as fx
 
 from porter.errors import PorterError
-from porter.model_graph import Group
-from porter.model_graph import find_groups
+from porter.model.groups import Group
+from porter.model.groups import find_groups
 
 log = logging.getLogger(__name__)
 
@@ -207,7 +207,7 @@ def patch(model: torch.nn.Module,
         check: raise `PatchCheckError` when the patched output differs beyond the tolerance.
         judge: time each replacement against torch.compile of the same group and decline the
             slower; default: on a GPU (a CPU cannot judge, and says so).
-        source: the model's source record from `porter.model_profile` (a Hugging Face model
+        source: the model's source record from `porter.model.load` (a Hugging Face model
             is traced with transformers' tracer).
         hw_name: hardware model for the timing's flush size (default: the detected device).
         inplace: also make `model` itself run the patched graph (its `forward` becomes the
@@ -223,9 +223,9 @@ def patch(model: torch.nn.Module,
         PatchCheckError: the output check failed (with check=True).
     """
     import hwmodels
+    from porter.model.graph import ModelTraceError
+    from porter.model.load import trace_any
     from porter.packs.loader import load_pack
-    from porter.model_graph import ModelTraceError
-    from porter.model_profile import trace_any
 
     dirs = _pack_dirs(packs)
     try:

@@ -49,11 +49,11 @@ def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device
     import torch
 
     from porter.errors import PorterError
-    from porter.model_profile import build_hf
-    from porter.model_profile import format_profile
-    from porter.model_profile import load_model
-    from porter.model_profile import profile_model
-    from porter.model_profile import save_profile
+    from porter.model.load import build_hf
+    from porter.model.load import load_model
+    from porter.model.profile import profile_model
+    from porter.model.report import format_profile
+    from porter.model.report import save_profile
 
     if (model is None) == (hf_arch is None):
         _fail("give either a MODEL file or --hf ARCH")
@@ -107,7 +107,7 @@ def run_port_profile(profile: str, *, top: int, targets: list[str], out_dir: str
     `port_kwargs` go to `porter.port.port` (exhaustive, time_budget_s, ...)."""
     from porter.errors import PorterError
     from porter.from_profile import port_from_profile
-    from porter.model_profile import read_profile
+    from porter.model.report import read_profile
     from porter.port import DEFAULT_RUNS_DIR
     from porter.port import new_run_id
 

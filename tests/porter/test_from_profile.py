@@ -12,8 +12,8 @@ from porter.from_profile import _dims
 from porter.from_profile import _interpret_shape
 from porter.from_profile import top_groups
 from porter.from_profile import write_specs
-from porter.model_profile import load_model
-from porter.model_profile import profile_model
+from porter.model.load import load_model
+from porter.model.profile import profile_model
 from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]

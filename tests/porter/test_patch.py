@@ -13,9 +13,9 @@ import pytest
 import torch
 
 import porter
-from porter.model_profile import load_model
-from porter.model_profile import profile_model
-from porter.model_profile import save_profile
+from porter.model.load import load_model
+from porter.model.profile import profile_model
+from porter.model.report import save_profile
 from porter.patching import PatchError
 from porter.patching import _check
 

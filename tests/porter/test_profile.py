@@ -10,15 +10,15 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from porter.model_graph import find_groups
-from porter.model_graph import trace_model
-from porter.model_profile import amdahl
-from porter.model_profile import combined_gain
-from porter.model_profile import format_profile
-from porter.model_profile import load_model
-from porter.model_profile import profile_model
-from porter.model_profile import read_profile
-from porter.model_profile import save_profile
+from porter.model.graph import trace_model
+from porter.model.groups import find_groups
+from porter.model.load import load_model
+from porter.model.profile import profile_model
+from porter.model.rank import amdahl
+from porter.model.rank import combined_gain
+from porter.model.report import format_profile
+from porter.model.report import read_profile
+from porter.model.report import save_profile
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = ROOT / "examples" / "llama_block" / "model.py"
@@ -145,7 +145,7 @@ def test_hf_without_transformers_says_what_to_install() -> None:
 @pytest.mark.skipif(importlib.util.find_spec("transformers") is None,
                     reason="needs transformers (pip install 'kernel-porter[models]')")
 def test_hf_llama_is_captured_by_dynamo_and_grouped() -> None:
-    from porter.model_profile import build_hf
+    from porter.model.load import build_hf
 
     torch.manual_seed(0)
     model, inputs, source = build_hf("llama", size="toy")
