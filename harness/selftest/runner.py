@@ -59,7 +59,9 @@ class _Case:
     make: Callable[[ModuleType], Callable[..., Any]]  # builds a fresh candidate (stateful ones)
     expected_stage: str
     expected_reason: str | None = None
-    backend: str = "triton"  # "metal": run on the CPU Metal executor
+    # None: a Triton kernel, judged on the self-test device; else the target backend whose
+    # candidate it is, judged on the CPU by that backend's CPU check ("metal": the executor)
+    backend: str | None = None
     expected_message: str | None = None  # must appear in the failure message
 
 
@@ -147,12 +149,12 @@ def run(
             continue
         if progress is not None:
             progress(case.name)
-        if case.backend == "metal" and (why := _metal_unavailable()) is not None:
+        if case.backend is not None and (why := _no_cpu_check(case.backend)) is not None:
             rows.append(SelftestRow(case.name, case.expected_stage, None, why, False,
                                     case.expected_reason))
             continue
         candidate = case.make(kernels)
-        on = "cpu" if case.backend == "metal" else dev
+        on = dev if case.backend is None else "cpu"
         report = check(problem, candidate, device=on, interpret=interpret or on == "cpu")
         if hasattr(candidate, "join"):
             candidate.join()  # no late writer may outlive its case
@@ -190,12 +192,17 @@ def run(
     return rows
 
 
-def _metal_unavailable() -> str | None:
-    """Why the Metal cases cannot run here (no C++ compiler), or None."""
+def _no_cpu_check(backend: str) -> str | None:
+    """Why a case of `backend` cannot be judged here (the backend's capabilities name no CPU
+    check), or None. The Metal executor's own reason (no C++ compiler) is given where known."""
+    from targets.registry import get_backend
+
+    if get_backend(backend).capabilities().cpu_check is not None:
+        return None
     from targets.metal_exec import available
 
     ok, why = available()
-    return None if ok else f"not run: {why}"
+    return f"not run: {why}" if not ok else f"not run: the {backend} backend has no CPU check here"
 
 
 def _speed_of_light_row(kernels: ModuleType) -> SelftestRow:
