@@ -15,6 +15,14 @@ On the GPU it runs on, for every example op:
     python -m bench.suite --out results/<device>-<date> [--ops rmsnorm,softmax] [--reps 50]
     porter bench --suite results/<device>-<date>     # the same, from a checkout
 
+With --unseen (issue 31), each op's pack, ported only at the spec's shapes as above, is also
+timed at shapes no spec lists (UNSEEN: other row widths, row counts and vocabulary widths),
+beside eager, torch.compile and a same-size copy; those rows are marked `unseen`, and SUMMARY.md
+gives them a table of their own with what the pack ran there (the config derived for the shape,
+a same-width bucket's, or the reference op where the pack estimated eager faster; see
+docs/PACKS.md). --unseen-only times only those rows (the port still runs at the spec's shapes,
+or the pack an earlier run left in <out>/packs/<op> is reused).
+
 Percentages are of the device's measured copy bandwidth (memory-bound ops) or measured bf16
 matmul rate (matmul), from hwmodels/devices/<device>.yaml; datasheet percentages beside them.
 """
@@ -55,6 +63,21 @@ OPS: dict[str, dict[str, Any]] = {
     "matmul_bias_gelu": {"shapes": [(4096, 4096, 4096), (8192, 8192, 8192)], "extra_dtypes": [],
                          "max_variants": 12},
 }
+# Shapes no spec lists (issue 31), to time packs ported only at the spec's shapes: row widths
+# between and beyond the ported ones (3000 -> bucket 3072, 6144, 12288, 20000 -> 20480), row
+# counts the spec has not (1000, 10000 at ported widths: a same-width bucket lends its config),
+# and vocabulary widths (GPT-2's 50257, Qwen's 151936) where the op has one. Working sets span
+# 33 MB to 0.8 GB in bf16, four of them >= 64 MB for the 85%-of-copy target.
+UNSEEN_ROWS = [(10000, 3000), (3000, 6144), (1000, 12288), (4096, 20000), (10000, 4096),
+               (1000, 8192)]
+VOCAB = [(4096, 50257), (1024, 151936)]
+UNSEEN: dict[str, dict[str, Any]] = {
+    "rmsnorm": {"shapes": UNSEEN_ROWS, "fp32": [(3000, 6144)]},
+    "layernorm": {"shapes": UNSEEN_ROWS, "fp32": [(3000, 6144)]},
+    "softmax": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": [(3000, 6144)]},
+    "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": []},  # ported in bf16 only
+}
+UNSEEN_TARGET_PCT = 85.0  # issue 31: unseen rows >= 64 MB at >= 85% of copy bandwidth
 MEMORY_BOUND = [op for op in OPS if op != "matmul_bias_gelu"]
 BIG_BYTES = 64 * 2**20  # the 90%-of-copy-bandwidth target applies at working sets >= 64 MB
 SMALL_BYTES = 32 * 2**20  # under this: "not slower than the best baseline"
@@ -116,6 +139,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """Markdown summary: the table, then the targets of issue 5 with how each came out."""
     from tabulate import tabulate
 
+    unseen = [r for r in rows if r.get("unseen")]
+    rows = [r for r in rows if not r.get("unseen")]
     by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
     for r in rows:
         by_key.setdefault((r["op"], tuple(r["shape"]), r["dtype"]), {})[r["provider"]] = r
@@ -205,7 +230,63 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
                  + ("none" if not refs else "; ".join(refs)))
     lines.append("- rows under 32 MB slower than some baseline: " +
                  ("none" if not small_losses else "; ".join(small_losses)))
+    if unseen:
+        lines += ["", *summarize_unseen(unseen)]
     return "\n".join(lines) + "\n"
+
+
+def summarize_unseen(rows: list[dict[str, Any]]) -> list[str]:
+    """The unseen rows' table (shapes no spec lists, timed with the pack ported at the spec's
+    shapes) and issue 31's targets for them: none slower than eager, >= 85% of copy from 64 MB."""
+    from tabulate import tabulate
+
+    by_key: dict[tuple, dict[str, dict[str, Any]]] = {}
+    for r in rows:
+        by_key.setdefault((r["op"], tuple(r["shape"]), r["dtype"]), {})[r["provider"]] = r
+    table, slower, misses = [], [], []
+    for (op, shape, dtype), prov in by_key.items():
+        name = f"{op} {'x'.join(map(str, shape))} {dtype}"
+        ours = prov.get("ported")
+        if ours is None or ours.get("median_ms") is None:
+            table.append([op, "x".join(map(str, shape)), dtype, "FAILED"] + [""] * 7)
+            slower.append(f"{name}: failed")
+            continue
+        eager = (ours["speedup"].get("eager") or [None])[0]
+        comp = (ours["speedup"].get("compile") or [None])[0]
+        copy = prov.get("copy") or {}
+        of_copy = (100.0 * copy["median_ms"] / ours["median_ms"]
+                   if copy.get("median_ms") else None)
+        runs = ours.get("pack_runs", "kernel")
+        how = runs if runs != "kernel" else (
+            "same-width bucket" if "tuned for rows this wide" in ours.get("config_basis", "")
+            else "derived config" if "derived for this shape" in ours.get("config_basis", "")
+            else "kernel")
+        if eager is not None and eager < 1.0:
+            slower.append(f"{name}: {eager:.2f}x ({how})")
+        if ours["bytes_moved"] >= BIG_BYTES and of_copy is not None \
+                and of_copy < UNSEEN_TARGET_PCT:
+            misses.append(f"{name}: {of_copy:.1f}% ({how})")
+
+        def f(x: float | None, spec: str = ".2f") -> str:
+            return "-" if x is None else format(x, spec)
+
+        table.append([op, "x".join(map(str, shape)), dtype, how, ours.get("bucket", "-"),
+                      f(ours["median_ms"], ".4f"), f(ours["bytes_moved"] / 2**20, ".0f"),
+                      f(ours["pct_measured_peak"], ".1f"), f(of_copy, ".1f"), f(eager),
+                      f(comp)])
+    headers = ["op", "shape", "dtype", "pack ran", "nearest bucket", "ours ms", "MB",
+               "% measured", "% of copy", "x eager", "x compile"]
+    return [
+        "## Shapes no spec lists (`--unseen`, issue 31)", "",
+        "Each pack was ported only at its spec's shapes, then timed at these. \"pack ran\": "
+        "the config derived for the shape by the module's own rule, a same-width bucket's "
+        "config, or the reference op where the pack's measurements estimated eager faster "
+        "(docs/PACKS.md, \"Shapes no bucket was ported for\").", "",
+        tabulate(table, headers=headers, tablefmt="github"), "",
+        "- unseen rows slower than eager (target: none): " +
+        ("none" if not slower else "; ".join(slower)),
+        f"- unseen rows >= 64 MB under {UNSEEN_TARGET_PCT:.0f}% of copy bandwidth (target: "
+        "none): " + ("none" if not misses else "; ".join(misses))]
 
 
 def suite_units(op: str) -> list[tuple[tuple[int, ...], Any]]:
@@ -217,23 +298,56 @@ def suite_units(op: str) -> list[tuple[tuple[int, ...], Any]]:
     return units + [(s, d) for s in cfg["extra_dtypes"] for d in (torch.float16, torch.float32)]
 
 
+def pack_choice(choice: Any) -> dict[str, Any]:
+    """What the pack ran for a row (`PackedOp.choose`): "kernel" or why the reference op ran,
+    the config and where it came from, and (unseen shapes) the kernel-vs-eager estimate."""
+    if choice.bucket is None:
+        runs = f"reference (fallback: {choice.reason})"
+    elif choice.reference_why is not None:
+        runs = ("reference (pack: eager estimated faster)" if choice.unseen
+                else "reference (pack: eager measured faster)")
+    else:
+        runs = "kernel"
+    d = {"pack_runs": runs, "config": choice.config}
+    if choice.unseen:
+        d.update(bucket=choice.bucket["bucket"], config_basis=choice.basis,
+                 estimate=choice.reference_why or choice.evidence)
+    return d
+
+
+def unseen_units(op: str) -> list[tuple[tuple[int, ...], Any]]:
+    """The (shape, dtype) units --unseen times for an op: shapes no spec lists (none for ops
+    without an UNSEEN list)."""
+    import torch
+
+    cfg = UNSEEN.get(op, {})
+    return ([(s, torch.bfloat16) for s in cfg.get("shapes", [])] +
+            [(s, torch.float32) for s in cfg.get("fp32", [])])
+
+
 def resume_rows(rows_path: Path, meta: dict[str, Any]) -> tuple[list[dict[str, Any]], set[str]]:
-    """Rows of an earlier, interrupted or partial run in the same folder, and the ops it
-    finished (a "ported" row for every unit). Rows of unfinished ops are dropped from the file
-    (those ops run again whole); `meta` keeps the first run's date and lists each resumption."""
+    """Rows of an earlier, interrupted or partial run in the same folder, and the parts it
+    finished: "<op>" when its spec rows are all there (a "ported" row for every unit),
+    "<op>:unseen" when its unseen rows are. Rows of unfinished parts are dropped from the file;
+    an op with some but not all spec rows runs again whole (a new port: its unseen rows go too).
+    `meta` keeps the first run's date and lists each resumption."""
     if not rows_path.exists():
         return [], set()
     from harness.roofline import dtype_key  # the rows' own dtype names
 
     rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    done = set()
-    for op in {r["op"] for r in rows} & set(OPS):
-        have = {(tuple(r["shape"]), r["dtype"]) for r in rows
-                if r["op"] == op and r["provider"] == "ported"}
-        want = {(tuple(s), dtype_key(d)) for s, d in suite_units(op)}
-        if want <= have:
-            done.add(op)
-    kept = [r for r in rows if r["op"] in done]
+    done: set[str] = set()
+    kept: list[dict[str, Any]] = []
+    for op in sorted({r["op"] for r in rows} & set(OPS)):
+        spec = [r for r in rows if r["op"] == op and not r.get("unseen")]
+        extra = [r for r in rows if r["op"] == op and r.get("unseen")]
+        parts = ((op, spec, suite_units(op)), (f"{op}:unseen", extra, unseen_units(op)))
+        if spec and not _all_units(spec, suite_units(op), dtype_key):
+            continue
+        for part, part_rows, units in parts:
+            if part_rows and _all_units(part_rows, units, dtype_key):
+                done.add(part)
+                kept += part_rows
     rows_path.write_text("".join(json.dumps(r) + "\n" for r in kept))
     old_meta = rows_path.with_name("meta.json")
     if old_meta.exists() and kept:
@@ -241,6 +355,12 @@ def resume_rows(rows_path: Path, meta: dict[str, Any]) -> tuple[list[dict[str, A
         meta["resumed"] = [*first.get("resumed", []), meta["date"]]
         meta["date"] = first.get("date", meta["date"])
     return kept, done
+
+
+def _all_units(rows: list[dict[str, Any]], units: list[tuple[tuple[int, ...], Any]],
+               dtype_key: Callable[[Any], str]) -> bool:
+    have = {(tuple(r["shape"]), r["dtype"]) for r in rows if r["provider"] == "ported"}
+    return bool(units) and {(tuple(s), dtype_key(d)) for s, d in units} <= have
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -253,6 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--graph", action="store_true",
                     help="CUDA-graph timing (launch-inclusive, LLC flushed only between replays); "
                          "default: events with a device-side head start and a flush every rep")
+    ap.add_argument("--unseen", action="store_true",
+                    help="also time each pack at shapes no spec lists (UNSEEN; rows marked "
+                         "unseen, a table of their own in SUMMARY.md)")
+    ap.add_argument("--unseen-only", action="store_true",
+                    help="time only the unseen shapes (the port still runs at the spec's "
+                         "shapes; a pack left in <out>/packs/<op> by an earlier run is reused)")
     ap.add_argument("--summary-only", action="store_true",
                     help="write SUMMARY.md from the folder's rows.jsonl and meta.json and stop "
                          "(no GPU): the summary of a run cut off before its end")
@@ -304,59 +430,73 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"unknown op(s) {', '.join(unknown)}; the suite has {', '.join(OPS)}", file=sys.stderr)
         return 2
-    all_rows, done_ops = resume_rows(rows_path, meta)
-    if done_ops:
-        print(f"resuming {out}: {', '.join(sorted(done_ops))} already measured "
+    all_rows, done = resume_rows(rows_path, meta)
+    if done:
+        print(f"resuming {out}: {', '.join(sorted(done))} already measured "
               f"(first run {meta['date']}); their rows are kept", flush=True)
     (out / "meta.json").write_text(json.dumps(meta, indent=2))
+    unseen = args.unseen or args.unseen_only
     t0 = time.time()
     for op in ops:
-        if op in done_ops:
+        spec_units = [] if args.unseen_only or op in done else suite_units(op)
+        extra_units = (unseen_units(op) if unseen and f"{op}:unseen" not in done else [])
+        if unseen and not unseen_units(op):
+            print(f"{op}: no unseen shapes listed for it (UNSEEN)", flush=True)
+        if not spec_units and not extra_units:
             continue
         cfg = OPS[op]
         spec_path = REPO / "examples" / op / "spec.py"
         spec = load_spec(spec_path)
-        units = suite_units(op)
-        print(f"[{time.time() - t0:6.0f}s] {op}: porting for {hw.name} "
-              f"({len(units)} shape x dtype units)", flush=True)
-        result = port(spec_path, [hw.name], out / "packs", run_dir=out / "runs" / op,
-                      max_variants=cfg.get("max_variants", args.max_variants),
-                      units=units, progress=lambda line: print("   ", line, flush=True))
-        packed = load_pack(result.pack_path)
+        pack_dir = out / "packs" / op
+        if not spec_units and (pack_dir / "manifest.yaml").exists():
+            # the spec rows (or an earlier --unseen-only run) already used this port's pack
+            print(f"[{time.time() - t0:6.0f}s] {op}: reusing the pack {pack_dir}", flush=True)
+            packed = load_pack(pack_dir)
+        else:
+            units = suite_units(op)
+            print(f"[{time.time() - t0:6.0f}s] {op}: porting for {hw.name} "
+                  f"({len(units)} shape x dtype units)", flush=True)
+            result = port(spec_path, [hw.name], out / "packs", run_dir=out / "runs" / op,
+                          max_variants=cfg.get("max_variants", args.max_variants),
+                          units=units, progress=lambda line: print("   ", line, flush=True))
+            packed = load_pack(result.pack_path)
         # Every provider allocates its own outputs (the plain calling convention): a pack that
         # runs the reference for a bucket then costs exactly the reference, no extra copy.
-        providers: dict[str, Callable[..., Any]] = {"ported": lambda *a: packed(*a),
+        providers: dict[str, Callable[..., Any]] = {"ported": lambda *a, _p=packed: _p(*a),
                                                     "eager": spec.reference}
         if not args.no_compile:
             providers["compile"] = torch.compile(spec.reference)
         lig = liger_provider(op)
-        if lig is not None:
-            providers["liger"] = lig
-        baselines = [p for p in providers if p != "ported"]
         problem = spec.problem()
-        for shape, dtype in units:
-            probe = problem.make_inputs(shape, dtype, torch.device("cuda"), torch.Generator("cuda"))
-            choice = packed.choose(*probe)
-            prefer = ((choice.bucket or {}).get("numbers") or {}).get("prefer_reference")
-            runs = "reference (pack: eager measured faster)" if prefer else (
-                "kernel" if choice.runs_kernel else f"reference (fallback: {choice.reason})")
-            del probe
+        # Unseen rows: eager and torch.compile only (issue 31), which keeps them cheap (Liger
+        # compiles its kernels for every new width).
+        for units, is_unseen in ((spec_units, False), (extra_units, True)):
             unit_providers = dict(providers)
-            if op in MEMORY_BOUND:
-                unit_providers["copy"] = copy_provider(problem, shape, dtype)
-            else:
-                unit_providers["matmul_alone"] = matmul_alone_provider()
-            rows = bench_op(problem, unit_providers, hw=hw, shapes=[shape], dtypes=[dtype],
-                            reps=args.reps, baselines=baselines, graph=bool(args.graph))
-            print(format_table(rows), flush=True)
-            with rows_path.open("a") as fh:
-                for r in rows:
-                    d = row_dict(r)
-                    if r.provider == "ported":
-                        d["pack_runs"] = runs
-                        d["config"] = (choice.bucket or {}).get("config")
-                    all_rows.append(d)
-                    fh.write(json.dumps(d) + "\n")
+            if lig is not None and not is_unseen:
+                unit_providers["liger"] = lig
+            baselines = [p for p in unit_providers if p != "ported"]
+            for shape, dtype in units:
+                probe = problem.make_inputs(shape, dtype, torch.device("cuda"),
+                                            torch.Generator("cuda"))
+                choice = packed.choose(*probe)
+                del probe
+                timed = dict(unit_providers)
+                if op in MEMORY_BOUND:
+                    timed["copy"] = copy_provider(problem, shape, dtype)
+                else:
+                    timed["matmul_alone"] = matmul_alone_provider()
+                rows = bench_op(problem, timed, hw=hw, shapes=[shape], dtypes=[dtype],
+                                reps=args.reps, baselines=baselines, graph=bool(args.graph))
+                print(format_table(rows), flush=True)
+                with rows_path.open("a") as fh:
+                    for r in rows:
+                        d = row_dict(r)
+                        if is_unseen:
+                            d["unseen"] = True
+                        if r.provider == "ported":
+                            d.update(pack_choice(choice))
+                        all_rows.append(d)
+                        fh.write(json.dumps(d) + "\n")
         torch.compiler.reset()
     (out / "results.json").write_text(json.dumps({"meta": meta, "rows": all_rows}, indent=1))
     with (out / "results.csv").open("w", newline="") as fh:

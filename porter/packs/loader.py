@@ -26,6 +26,17 @@ a file changed on disk after loading is never used.
 The reference runs instead of a kernel only when the (intact) pack has no usable entry for the
 call: none for the device, none that reached the interpreted tier, or no config for the dtype or
 shape. Each such fallback is announced by exactly one `PackFallbackWarning` per reason.
+
+At a shape with no exact bucket (docs/PACKS.md, "Shapes no bucket was ported for"):
+- config: a bucket of the same row width (and a row count within 4x) lends its tuned config;
+  otherwise the config is *derived* for the shape by the module's own default rule
+  (porter.codegen.heuristics, embedded in every generated module) with the device's warp width
+  and thread limit, as `porter.codegen.variants.default_config` does for the port;
+- eager: on a GPU, the reference op runs instead when the kernel-vs-eager ratio estimated
+  from the nearest timed buckets of that dtype on either side of the row width (same kernel
+  form: one block or looped) is under 1 + MARGIN_PER_OCTAVE per octave to the nearer, or when
+  buckets of that dtype were timed but none of that form (`_versus_eager`). Logged once per
+  (shape bucket, dtype); `describe()` says which config, why, and the estimate.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import inspect
 import itertools
 import linecache
 import logging
+import math
 import sys
 import tempfile
 import threading
@@ -61,22 +73,53 @@ log = logging.getLogger(__name__)
 _LIB_NAMESPACE = "kernel_porter"
 
 
+# At a shape no bucket was ported for, a neighbour's kernel runs only where it beat eager there by
+# this much per octave of distance (row width; a row-count octave counts a quarter, as in
+# format.bucket_distance): a stated assumption, not a fit. Between ported widths a row-wise kernel
+# keeps its efficiency only approximately, and eager's changes too, so a thin margin far away is
+# no evidence of a win. bench/suite.py --unseen measures what it gets right.
+MARGIN_PER_OCTAVE = 0.10
+# A bucket of the same row width lends its config to row counts within this many octaves: a
+# row-wise config is tuned for its width; far fewer rows (a grid under the SM count) may have
+# been won by a config that spreads one row over more warps.
+SAME_WIDTH_ROW_OCTAVES = 2
+# The generated modules' default rules (porter/codegen/heuristics.py), which their launchers call
+# with config=None; the loader calls them with the device's limits to derive a config.
+_DEFAULT_RULES = ("rowwise_default", "columns_default", "flat_default", "matmul_default")
+
+
 class PackFallbackWarning(UserWarning):
     """The reference runs instead of a packed kernel; the message says why."""
 
 
 @dataclass(frozen=True)
 class Choice:
-    """What one call would run: an entry's bucket, or the reference (entry is None)."""
+    """What one call would run: an entry's bucket and config, or the reference.
+
+    bucket is None when no entry fits (the fallback); reference_why is set when an entry fits
+    but the reference op runs instead (eager measured or estimated faster at this shape).
+    """
 
     target: str | None
     bucket: dict[str, Any] | None
     interpret: bool
     reason: str  # why this choice (or why the fallback)
+    # what the launcher gets: None = its own choice for the shape (porter.codegen.heuristics)
+    config: dict[str, Any] | None = None
+    basis: str = ""  # where the config came from, in words (describe() says it)
+    reference_why: str | None = None  # the entry fits, but the reference op runs: why
+    evidence: str = ""  # at a shape with no exact bucket: the kernel-vs-eager estimate
+    asked: str = ""  # the inputs' "bucket/dtype"
 
     @property
     def runs_kernel(self) -> bool:
-        return self.bucket is not None
+        return self.bucket is not None and self.reference_why is None
+
+    @property
+    def unseen(self) -> bool:
+        """The inputs' shape bucket is not one the entry was ported for."""
+        return self.bucket is not None and f"{self.bucket['bucket']}/{self.bucket['dtype']}" \
+            != self.asked
 
 
 def ensure_interpreter_ready() -> str | None:
@@ -155,6 +198,189 @@ def _pin_source(filename: str, text: str) -> None:
     linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
 
 
+def _width(bucket: str) -> int:
+    """A bucket's row width (its last dimension)."""
+    return int(bucket.split("x")[-1])
+
+
+def _hw(target: str) -> Any:
+    import hwmodels
+
+    return hwmodels.get(target)
+
+
+class _Asked(Exception):
+    """Raised by a rule stand-in with the config the rule gave: the launcher stops there."""
+
+    def __init__(self, config: dict[str, Any], how: str) -> None:
+        super().__init__("config derived")
+        self.config = config
+        self.how = how  # the rule and the device values it was given
+
+
+def derive_config(module: ModuleType, hw: Any,
+                  inputs: tuple[Any, ...]) -> tuple[dict[str, Any] | None, str]:
+    """The config a generated module's own default rule gives `inputs` on device `hw`.
+
+    A generated launcher called with config=None sizes its config with the generator's rule
+    (`_DEFAULT_RULES`: rowwise_default, columns_default, flat_default or matmul_default from
+    porter/codegen/heuristics.py, embedded in the module) but with a 32-wide warp, 1024 threads,
+    an H100's SM count and no TMA, whatever the device. So the launcher is run once on meta
+    tensors of the inputs' shapes, strides and dtypes, with the rules swapped for stand-ins that
+    call them with `hw`'s warp width, thread limit, SM count and TMA, and stop the launch at the
+    first config one gives: the rule sees exactly the sizes the launcher derives from the inputs
+    (row count, reduced length, M/N/K), and the kernel form it picks is one this module has.
+    The extras `porter.codegen.variants.default_config` adds for a device are added the same
+    way: the looped lanes of a non-32-wide warp, fewer matmul stages where shared memory is
+    smaller.
+
+    Args:
+        module: a module executed from a pack file (never one that runs kernels: its rule is
+            swapped while this runs).
+        hw: the device's hardware model.
+        inputs: the call's inputs (only shapes, strides and dtypes are read).
+
+    Returns:
+        (config, how) with the rule's name in `how`; (None, why) when the module has no such
+        rule (a user's kernel, a hand-written launcher) or the launcher failed before asking it.
+    """
+    rules = {n: module.__dict__[n] for n in _DEFAULT_RULES if callable(module.__dict__.get(n))}
+    if not rules or not callable(getattr(module, "launch", None)):
+        return None, "the module has none of the generator's rules to ask"
+    eb = next((t.element_size() for t in inputs
+               if isinstance(t, torch.Tensor) and t.dtype.is_floating_point), 4)
+    device_args = {"warp_size": hw.warp_size,
+                   "max_threads": int(hw.limits.max_threads_per_block.value),
+                   "sms": int(hw.compute_units.value),
+                   "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2}
+
+    def stand_in(name: str) -> Any:
+        rule = rules[name]
+        sig = inspect.signature(rule)
+
+        def ask(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            used = {k: v for k, v in device_args.items() if k in sig.parameters}
+            bound.arguments.update(used)
+            config = rule(*bound.args, **bound.kwargs)
+            if config is None:  # not this rule's case (columns_default): the launcher goes on
+                return None
+            raise _Asked(dict(config), f"{name} with "
+                         f"{', '.join(f'{k} {v}' for k, v in used.items()) or 'its defaults'}")
+        return ask
+
+    meta = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                 if isinstance(t, torch.Tensor) else t for t in inputs)
+    module.__dict__.update({name: stand_in(name) for name in rules})
+    try:
+        module.launch(*meta)
+        return None, "the launcher asked none of the generator's rules for these inputs"
+    except _Asked as asked:
+        config, used = asked.config, asked.how
+    except Exception as exc:  # noqa: BLE001 - no derived config; the launcher will choose
+        return None, f"asking the module's rules failed: {type(exc).__name__}: {exc}"
+    finally:
+        module.__dict__.update(rules)
+    lanes = module.__dict__.get("looped_lanes")
+    if hw.warp_size != 32 and "LANES" not in config and callable(lanes) and \
+            config.get("strategy") in ("looped", "single_pass", "persistent"):
+        # the launcher's own LANES assumes 32-wide warps (variants._add_lanes)
+        config["LANES"] = lanes(config["BLOCK_N"], config["num_warps"], eb, hw.warp_size)
+    if "BLOCK_M" in config and "BLOCK_K" in config:
+        # fewer pipeline stages where shared memory is smaller (variants.default_config)
+        smem = int(hw.limits.shared_memory_per_block_bytes.value)
+        tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * eb
+        while config["num_stages"] > 2 and config["num_stages"] * tile > smem:
+            config["num_stages"] -= 1
+    return config, used
+
+
+def _form(config: dict[str, Any] | None) -> str | None:
+    """The kernel form a config runs (None: no strategy recorded): one block holding the row
+    (single_pass, persistent, two_block), a loop over chunks of it (looped), or another
+    strategy by its name. One form's speed says little about another's: a looped softmax reads
+    each row twice."""
+    strategy = (config or {}).get("strategy")
+    if strategy in ("single_pass", "persistent", "two_block"):
+        return "one-block"
+    return strategy
+
+
+def _speedup(b: dict[str, Any]) -> float | None:
+    """A bucket's measured kernel-vs-eager ratio (eager time / kernel time), or None."""
+    n = b.get("numbers") or {}
+    s = n.get("speedup_vs_eager")
+    if n.get("label") != "measured" or not isinstance(s, (int, float)):
+        return None
+    return float(s)
+
+
+def _pct_of_copy(b: dict[str, Any], target: str) -> str:
+    """", 93% of copy" for a measured bucket on a device with a measured copy bandwidth."""
+    n = b.get("numbers") or {}
+    t, nbytes = n.get("time_ms"), n.get("bytes_moved")
+    try:
+        copy = _hw(target).measured_value("copy_bandwidth_gbps")
+    except Exception:  # noqa: BLE001 - a name the hardware models no longer know: no figure
+        copy = None
+    if not t or not nbytes or not copy:
+        return ""
+    return f", {nbytes / (t * 1e-3) / 1e9 / copy * 100:.0f}% of copy"
+
+
+def _versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
+                  config: dict[str, Any] | None) -> tuple[str | None, str]:
+    """At a shape with no exact bucket: whether the reference op should run instead, by the
+    entry's measured kernel-vs-eager ratios at the nearest timed buckets of this dtype.
+
+    The rule (docs/PACKS.md): of the timed buckets of this dtype whose kernel has the form
+    `config` has (one block per row or looped: `_form`), take the nearest at or below the row
+    width and the nearest at or above it. The estimated ratio at the shape interpolates theirs
+    (on a log scale, each weighted by the other's distance: the nearer counts more; one side
+    only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
+    octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
+    counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
+    timed but none of this form. With no timed bucket of this dtype there is no estimate, and
+    the kernel runs (its tier already says it was never timed).
+
+    Returns:
+        (why the reference runs, or None; a sentence of the evidence for describe()).
+    """
+    target = entry["target"]
+    timed = [b for b in entry["buckets"] if b["dtype"] == dtype and _speedup(b) is not None
+             and bucket_distance(b["bucket"], bucket) != float("inf")]
+    if not timed:
+        return None, (f"no {dtype} bucket of {target} was timed against eager, so there is no "
+                      "estimate either way")
+    form = _form(config)
+    same = [b for b in timed if form is None or _form(b.get("config")) in (None, form)]
+    if not same:
+        return (f"this shape needs the {form} form of the kernel, and no {dtype} bucket of "
+                f"{target} timed that form against eager (timed: "
+                f"{', '.join(b['bucket'] for b in timed)}, another form)"), ""
+    width = _width(bucket)
+    sides = ([b for b in same if _width(b["bucket"]) <= width],
+             [b for b in same if _width(b["bucket"]) >= width])
+    near = list({id(b): (b, bucket_distance(b["bucket"], bucket) / 4.0) for side in sides
+                 if side for b in [min(side, key=lambda x: bucket_distance(x["bucket"], bucket))]
+                 }.values())
+    if len(near) == 2 and near[0][1] + near[1][1] > 0:
+        (b1, d1), (b2, d2) = near
+        estimate = math.exp((d2 * math.log(_speedup(b1) or 1e-9) +
+                             d1 * math.log(_speedup(b2) or 1e-9)) / (d1 + d2))
+    else:
+        estimate = _speedup(near[0][0]) or 0.0
+    octaves = min(d for _, d in near)
+    need = 1.0 + MARGIN_PER_OCTAVE * octaves
+    evidence = ("timed neighbours: " + "; ".join(
+        f"{b['bucket']} ran {_speedup(b):.2f}x eager{_pct_of_copy(b, target)}, {d:.2f} octaves "
+        "away" for b, d in near) + f"; estimate here {estimate:.2f}x eager, needs >= "
+        f"{need:.2f}x (1 + {MARGIN_PER_OCTAVE:.2f} per octave to the nearer)")
+    if estimate < need:
+        return f"estimated slower than eager here ({evidence})", evidence
+    return None, evidence
+
+
 class _ReferenceModule:
     """The reference op behind a generated module's `launch` interface (out contract)."""
 
@@ -192,6 +418,10 @@ class PackedOp:
         # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
         self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
         self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
+        # (file sha256, target, input shapes) -> (config derived for them, how): choose() asks
+        # the module's rule once per shape, not once per call
+        self._derived_configs: dict[tuple[Any, ...], tuple[dict[str, Any] | None, str]] = {}
+        self._probes: dict[str, ModuleType] = {}  # file sha256 -> its module, for derive_config
         self._lock = threading.Lock()
         self._gpu_target, self._detect_reason = self._resolve_device(device)
         self._cpu_target = device if device and self._entry(device) is not None else None
@@ -223,18 +453,29 @@ class PackedOp:
 
     @staticmethod
     def _pick_bucket(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
+        """The bucket whose file (and tier) serves `bucket`: the exact one, else the nearest of
+        the same dtype and rank, never a narrower row before a wider one."""
         same_dtype = [b for b in entry["buckets"] if b["dtype"] == dtype]
         exact = [b for b in same_dtype if b["bucket"] == bucket]
         if exact:
             return exact[0]
         # Nearest first, but never a narrower row than asked for before a wider one: a config
         # tuned for narrower rows may hold less than a whole row (single-pass BLOCK_N).
-        width = int(bucket.split("x")[-1])
-        near = sorted(same_dtype, key=lambda b: (int(b["bucket"].split("x")[-1]) < width,
+        width = _width(bucket)
+        near = sorted(same_dtype, key=lambda b: (_width(b["bucket"]) < width,
                                                  bucket_distance(b["bucket"], bucket)))
         if near and bucket_distance(near[0]["bucket"], bucket) != float("inf"):
             return near[0]
         return None
+
+    @staticmethod
+    def _same_width(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
+        """A bucket of the same dtype, rank and row width whose row count is within
+        SAME_WIDTH_ROW_OCTAVES of `bucket`'s (the nearest), or None."""
+        fits = [b for b in entry["buckets"] if b["dtype"] == dtype
+                and _width(b["bucket"]) == _width(bucket)
+                and bucket_distance(b["bucket"], bucket) <= SAME_WIDTH_ROW_OCTAVES]
+        return min(fits, key=lambda b: bucket_distance(b["bucket"], bucket), default=None)
 
     def choose(self, *inputs: Any) -> Choice:
         """What a call with these inputs would run, and why. Never raises for a bad fit."""
@@ -243,9 +484,10 @@ class PackedOp:
             return Choice(None, None, False, "no tensor input to pick a device, bucket and dtype from")
         dtype = dtype_name(first.dtype)
         bucket = shape_bucket(first.shape)
+        asked = f"{bucket}/{dtype}"
         on_cpu = first.device.type == "cpu"
         if on_cpu and (why_not := ensure_interpreter_ready()) is not None:
-            return Choice(None, None, False, why_not)
+            return Choice(None, None, False, why_not, asked=asked)
         if on_cpu:
             targets = [self._cpu_target] if self._cpu_target else [
                 e["target"] for e in self.manifest["entries"] if self._cpu_eligible(e)]
@@ -253,20 +495,24 @@ class PackedOp:
         else:
             if self._gpu_target is None:
                 return Choice(None, None, False,
-                              f"inputs are on {first.device} but {self._detect_reason}")
+                              f"inputs are on {first.device} but {self._detect_reason}",
+                              asked=asked)
             targets = [self._gpu_target]
             where = self._gpu_target
         if not targets:
             return Choice(None, None, False,
                           f"no entry of {self.op} reached the interpreted tier, so none may run "
-                          f"on {where}")
+                          f"on {where}", asked=asked)
         reasons = []
         for target in targets:
             entry = self._entry(target)
             if entry is None:
                 reasons.append(f"the pack has no entry for {target}")
                 continue
-            b = self._pick_bucket(entry, bucket, dtype)
+            exact = next((x for x in entry["buckets"]
+                          if x["dtype"] == dtype and x["bucket"] == bucket), None)
+            same_width = None if exact else self._same_width(entry, bucket, dtype)
+            b = exact or same_width or self._pick_bucket(entry, bucket, dtype)
             if b is None:
                 have = sorted({f"{x['bucket']}/{x['dtype']}" for x in entry["buckets"]})
                 reasons.append(f"{target} has no config for {dtype} at bucket {bucket} "
@@ -276,10 +522,68 @@ class PackedOp:
                 reasons.append(f"{target} {b['bucket']}/{dtype} only reached tier {b['tier']!r}: "
                                "its correctness was never checked, so it does not run")
                 continue
-            how = "exact bucket" if b["bucket"] == bucket else f"nearest bucket to {bucket}"
-            return Choice(target, b, on_cpu,
-                          f"{target} entry, {how} {b['bucket']}/{dtype}, tier {b['tier']}")
-        return Choice(None, None, False, "; ".join(reasons))
+            config = b.get("config") or None
+            if exact is not None:
+                reason = f"{target} entry, exact bucket {b['bucket']}/{dtype}, tier {b['tier']}"
+                prefer = (b.get("numbers") or {}).get("prefer_reference")
+                return Choice(target, b, on_cpu, reason, config, "the bucket's own (tuned here)",
+                              reference_why=None if on_cpu or not prefer else
+                              f"measured on this device when the pack was made: {prefer}",
+                              asked=asked)
+            reason = (f"{target} entry, no exact bucket for {asked}; kernel file of "
+                      f"{b['bucket']}/{dtype}, tier {b['tier']}")
+            if same_width is not None:
+                basis = (f"bucket {b['bucket']}'s: tuned for rows this wide (row count within "
+                         f"{2 ** SAME_WIDTH_ROW_OCTAVES}x)")
+            elif b["file"].endswith(".metal"):
+                basis = (f"nearest bucket {b['bucket']}'s (a Metal entry has no rules to "
+                         "derive from)")
+            else:
+                derived, how = self._derived(target, b, inputs, dtype)
+                if derived is not None:
+                    config = {**derived, "dtype": dtype}
+                    basis = (f"derived for this shape by the module's own rule ({how}) for "
+                             f"{target}: a neighbour's config was tuned for another row width")
+                else:
+                    # e.g. a user's kernel: its launcher sizes blocks itself, and the bucket's
+                    # launch options (warps, stages) held up at nearby shapes (issue 31)
+                    basis = f"nearest bucket {b['bucket']}'s: {how}"
+            reference_why, evidence = (None, "") if on_cpu else _versus_eager(
+                entry, bucket, dtype, config)
+            return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
+                          asked)
+        return Choice(None, None, False, "; ".join(reasons), asked=asked)
+
+    def _derived(self, target: str, b: dict[str, Any], inputs: tuple[Any, ...],
+                 dtype: str) -> tuple[dict[str, Any] | None, str]:
+        """`derive_config` for bucket `b`'s file on `target` at these inputs, asked once per
+        (file, target, input shapes and dtypes)."""
+        rel = b["file"]
+        shapes = tuple((tuple(t.shape), tuple(t.stride()), t.dtype) if isinstance(t, torch.Tensor)
+                       else t for t in inputs)
+        key = (sha256_bytes(self._sources[rel]), target, shapes)
+        with self._lock:
+            if key not in self._derived_configs:
+                try:
+                    hw = _hw(target)
+                except Exception as exc:  # noqa: BLE001 - a target the models no longer know
+                    self._derived_configs[key] = (None, f"no hardware model: {exc}")
+                else:
+                    self._derived_configs[key] = derive_config(
+                        self._probe_module(rel), hw, inputs)
+            return self._derived_configs[key]
+
+    def _probe_module(self, rel: str) -> ModuleType:
+        """A private copy of pack file `rel`'s module, only ever asked for configs (its rule
+        functions are swapped while asking, so it is never the one that runs kernels)."""
+        data = self._sources[rel]
+        digest = sha256_bytes(data)
+        if digest not in self._probes:
+            with triton_interpret(True):  # decorating only: nothing is compiled or launched
+                self._probes[digest] = _exec_verified(
+                    data, label=f"{self.op}_{Path(rel).stem}_rules",
+                    display=f"{self.op}/{rel}").module
+        return self._probes[digest]
 
     def describe(self, *inputs: Any) -> str:
         """One paragraph: the device, and which entry/config/tier would run (or the fallback).
@@ -289,16 +593,20 @@ class PackedOp:
         lines = [f"pack {self.op} at {self.path}: {self._detect_reason}"]
         if inputs:
             c = self.choose(*inputs)
-            if c.runs_kernel:
-                assert c.bucket is not None
+            if c.bucket is None:
+                lines.append(f"runs the reference (fallback): {c.reason}")
+            elif c.reference_why is not None:
+                lines.append(f"runs the reference op instead of the kernel ({c.reason}): "
+                             f"{c.reference_why}")
+            else:
                 mode = " under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret else ""
                 if c.bucket["file"].endswith(".metal"):
                     mode = (" on the CPU Metal executor (correct, not fast)" if c.interpret
                             else " through PyTorch's MPS backend")
-                lines.append(f"runs {c.reason}{mode}; config {c.bucket['config']}; "
+                lines.append(f"runs {c.reason}{mode}; config {c.config}: {c.basis}; "
                              f"file {c.bucket['file']}")
-            else:
-                lines.append(f"runs the reference (fallback): {c.reason}")
+            if c.evidence:
+                lines.append(f"kernel vs eager at {c.asked}: {c.evidence}")
             return "\n".join(lines)
         for e in self.manifest["entries"]:
             mark = "*" if e["target"] == self._gpu_target else " "
@@ -317,26 +625,30 @@ class PackedOp:
             module, config = fast
             return module.launch(*inputs, out=out, config=config)
         choice = self.choose(*inputs)
-        if not choice.runs_kernel:
+        if choice.bucket is None:
             self._warn_once(choice.reason)
             result = self.reference(*inputs)
             if out is not None:
                 out.copy_(result)
                 return out
             return result
-        assert choice.bucket is not None
         if choice.bucket["file"].endswith(".metal"):
             return self._run_metal(choice, inputs, out)
-        prefer = (choice.bucket.get("numbers") or {}).get("prefer_reference")
-        if prefer and not choice.interpret:
-            # Measured on this device when the pack was made: the reference op was faster for
-            # this bucket, so the pack runs it (said once, and in the manifest).
-            self._log_once(f"prefer:{choice.bucket['bucket']}", "%s %s/%s: running the "
-                           "reference op: %s", self.op, choice.bucket["bucket"],
-                           choice.bucket["dtype"], prefer)
+        if choice.reference_why is not None:
+            # Measured (exact bucket) or estimated from the neighbours' measurements (no exact
+            # bucket): eager is faster here, so the pack runs it; said once per bucket and dtype.
+            self._log_once(f"reference:{choice.target}:{choice.asked}", "%s %s on %s: running "
+                           "the reference op: %s", self.op, choice.asked, choice.target,
+                           choice.reference_why)
             if key is not None:
                 self._resolved[key] = (_ReferenceModule(self.reference), None)
             return _ReferenceModule(self.reference).launch(*inputs, out=out)
+        if choice.unseen:
+            self._log_once(f"unseen:{choice.target}:{choice.asked}", "%s %s on %s: %s; config "
+                           "%s: %s%s", self.op, choice.asked, choice.target, choice.reason,
+                           choice.config, choice.basis,
+                           f"; {choice.evidence}" if choice.evidence else "",
+                           level=logging.INFO)
         if choice.interpret:
             self._log_once("interp", "%s: running the %s kernel under the Triton INTERPRETER on "
                            "CPU: correct, but not fast (a GPU runs it for real)",
@@ -347,7 +659,7 @@ class PackedOp:
                            "and compiled for this arch, but was not timed on this device",
                            self.op, choice.target)
         module = self._module(choice.bucket["file"], choice.interpret)
-        config = choice.bucket.get("config") or None
+        config = choice.config
         with triton_interpret(True if choice.interpret else None):
             try:
                 result = module.launch(*inputs, out=out, config=config)
@@ -436,10 +748,10 @@ class PackedOp:
         warnings.warn(f"{self.op}: running the PyTorch reference instead of a packed kernel: "
                       f"{reason}", PackFallbackWarning, stacklevel=3)
 
-    def _log_once(self, key: str, msg: str, *args: Any) -> None:
+    def _log_once(self, key: str, msg: str, *args: Any, level: int = logging.WARNING) -> None:
         if key not in self._warned:
             self._warned.add(key)
-            log.warning(msg, *args)
+            log.log(level, msg, *args)
 
     # -- torch.library --------------------------------------------------------------------
     def register_custom_op(self) -> Any:

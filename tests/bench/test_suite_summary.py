@@ -6,6 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from bench.suite import resume_rows
 from bench.suite import suite_units
 from bench.suite import summarize
@@ -67,3 +69,99 @@ def test_summary_only_writes_the_summary_of_a_cut_off_run(tmp_path: Path) -> Non
     (tmp_path / "meta.json").write_text(json.dumps(META))
     assert main(["--out", str(tmp_path), "--summary-only"]) == 0
     assert (tmp_path / "SUMMARY.md").read_text() == summarize(rows, META)
+
+
+def test_unseen_shapes_are_buckets_no_spec_ported() -> None:
+    """Every --unseen shape falls in a bucket that neither the suite's units nor the example
+    spec's SHAPES has, so the loader meets it as a shape it was never ported for; several are
+    large enough for the 85%-of-copy target."""
+    import importlib.util
+
+    from bench.suite import REPO
+    from bench.suite import UNSEEN
+    from bench.suite import unseen_units
+    from porter.packs.format import shape_bucket
+
+    for op in UNSEEN:
+        path = REPO / "examples" / op / "spec.py"
+        mod_spec = importlib.util.spec_from_file_location(f"_spec_{op}", path)
+        module = importlib.util.module_from_spec(mod_spec)
+        mod_spec.loader.exec_module(module)
+        ported = {shape_bucket(s) for s, _ in suite_units(op)} | {
+            shape_bucket(s) for s in module.SHAPES}
+        units = unseen_units(op)
+        assert units and not {shape_bucket(s) for s, _ in units} & ported, op
+        assert sum(2 * s[0] * s[1] * 2 >= 64 << 20 for s, _ in units) >= 4
+    widths = {s[-1] for s, _ in unseen_units("softmax")}
+    assert {3000, 6144, 12288, 20000, 50257, 151936} <= widths
+
+
+def unseen_rows(op: str, shape: list[int], ours_ms: float, eager: float, *,
+                runs: str = "kernel", basis: str = "derived for this shape by the module's "
+                "own rule") -> list[dict[str, Any]]:
+    ported = row(op, "ported", shape, ours_ms, unseen=True, pack_runs=runs, bucket="4096x4096",
+                 config_basis=basis, speedup={"eager": [eager, eager, eager],
+                                              "compile": [1.2, 1.1, 1.3]})
+    return [ported, row(op, "copy", shape, 0.9 * ours_ms, unseen=True),
+            row(op, "eager", shape, ours_ms * eager, unseen=True)]
+
+
+def test_unseen_rows_get_their_own_table_and_targets() -> None:
+    spec_rows = [row("softmax", "ported", [16384, 8192], 0.250, pct_measured_peak=85.0,
+                     speedup={"compile": [1.6, 1.5, 1.7]}),
+                 row("softmax", "copy", [16384, 8192], 0.200, pct_measured_peak=95.0)]
+    rows = (spec_rows + unseen_rows("softmax", [4096, 3000], 0.1, 1.4)
+            + unseen_rows("softmax", [4096, 50257], 0.4, 1.0,
+                          runs="reference (pack: eager estimated faster)")
+            + unseen_rows("softmax", [1000, 8192], 0.1, 0.8,
+                          basis="bucket 4096x8192's: tuned for rows this wide"))
+    text = summarize(rows, META)
+    spec_part, unseen_part = text.split("## Shapes no spec lists")
+    assert summarize(spec_rows, META) == spec_part.rstrip("\n") + "\n"  # the suite's as before
+    table = [line for line in unseen_part.splitlines() if line.startswith("| softmax")]
+    assert [c.strip() for c in table[0].split("|")][4] == "derived config"
+    assert "reference (pack: eager estimated faster)" in table[1]
+    cells = [c.strip() for c in table[2].split("|")]
+    assert cells[4] == "same-width bucket" and float(cells[9]) == 90.0  # % of copy
+    assert "slower than eager (target: none): softmax 1000x8192 bf16: 0.80x (same-width " \
+        "bucket)" in unseen_part
+    assert "under 85% of copy bandwidth (target: none): none" in unseen_part
+
+
+def test_resume_keeps_the_spec_rows_when_only_the_unseen_ones_are_missing(tmp_path: Path) -> None:
+    from bench.suite import unseen_units
+
+    spec = [{"op": "softmax", "provider": "ported", "shape": list(s),
+             "dtype": {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[d]}
+            for s, d in suite_units("softmax")]
+    extra = [{"op": "softmax", "provider": "ported", "shape": list(s),
+              "dtype": "bf16" if d == torch.bfloat16 else "fp32", "unseen": True}
+             for s, d in unseen_units("softmax")]
+    rows_path = tmp_path / "rows.jsonl"
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in spec + extra[:2]))
+    kept, done = resume_rows(rows_path, {"date": "x"})
+    assert done == {"softmax"} and kept == spec  # the partial unseen rows run again
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in spec + extra))
+    kept, done = resume_rows(rows_path, {"date": "x"})
+    assert done == {"softmax", "softmax:unseen"} and len(kept) == len(spec) + len(extra)
+    rows_path.write_text("".join(json.dumps(r) + "\n" for r in spec[:3] + extra))
+    assert resume_rows(rows_path, {"date": "x"}) == ([], set())  # a new port: all again
+
+
+def test_pack_choice_names_what_the_pack_ran() -> None:
+    from bench.suite import pack_choice
+    from porter.packs.loader import Choice
+
+    b = {"bucket": "4096x4096", "dtype": "bf16", "config": {"num_warps": 8}}
+    exact = Choice("h100", b, False, "exact", b["config"], "own", asked="4096x4096/bf16")
+    assert pack_choice(exact) == {"pack_runs": "kernel", "config": {"num_warps": 8}}
+    measured = Choice("h100", b, False, "exact", b["config"], "own", reference_why="eager",
+                      asked="4096x4096/bf16")
+    assert pack_choice(measured)["pack_runs"] == "reference (pack: eager measured faster)"
+    unseen = Choice("h100", b, False, "near", {"num_warps": 4}, "derived for this shape",
+                    reference_why="estimated slower", asked="4096x3072/bf16")
+    d = pack_choice(unseen)
+    assert d["pack_runs"] == "reference (pack: eager estimated faster)"
+    assert d["bucket"] == "4096x4096" and d["estimate"] == "estimated slower"
+    fallback = Choice(None, None, False, "no entry for b200")
+    assert pack_choice(fallback)["pack_runs"] == "reference (fallback: no entry for b200)"

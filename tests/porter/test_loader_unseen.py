@@ -1,0 +1,248 @@
+"""The loader at shapes no bucket was ported for (issue 31): the config derived for the shape
+from the module's own rule for the device, a same-width bucket's config, the kernel-vs-eager
+estimate from the neighbours' measurements, and manifests written before any of this."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+import hwmodels
+from porter.packs.loader import MARGIN_PER_OCTAVE
+from porter.packs.loader import PackFallbackWarning
+from porter.packs.loader import load_pack
+from porter.packs.writer import write_pack
+from porter.port import BucketChoice
+from porter.port import PortResult
+from porter.port import TargetResult
+from tests.porter.test_pack_helpers import make_pack
+
+REFERENCE = '''
+import torch
+
+def reference(x):
+    return torch.softmax(x, dim=-1)
+'''
+
+
+@functools.lru_cache(maxsize=1)
+def _softmax_op() -> Any:
+    from porter.codegen import generate
+
+    return generate(lambda x: torch.softmax(x, dim=-1), (torch.randn(4, 100),), name="softmax")
+
+
+def _numbers(speedup: float | None, *, t: float = 0.025, nbytes: int = 64 << 20) -> dict[str, Any]:
+    if speedup is None:  # ported on a CPU: a projection, never compared with eager
+        return {"time_ms": t, "label": "projected", "pct_of_peak": 80.0, "bytes_moved": nbytes}
+    return {"time_ms": t, "p20_ms": t, "p80_ms": t, "label": "measured", "pct_of_peak": 88.0,
+            "bytes_moved": nbytes, "speedup_vs_eager": speedup,
+            "speedup_vs_eager_p20_p80": [speedup * 0.98, speedup * 1.02]}
+
+
+def _one_block(block: int, warps: int, dtype: str) -> dict[str, Any]:
+    return {"strategy": "single_pass", "ROWS": 1, "BLOCK_N": block, "num_warps": warps,
+            "num_stages": 1, "dtype": dtype}
+
+
+def _pack(tmp: Path, buckets: dict[str, tuple[dict[str, Any], float | None]], *,
+          tier: str = "measured", cpu_buckets: tuple[str, ...] = ()) -> Path:
+    """A softmax pack of the real generated module: h100 and mi300x entries with the given bf16
+    buckets ({bucket: (config, kernel-vs-eager ratio or None)}), and interpreted-tier fp32
+    buckets `cpu_buckets` (default configs) for the CPU."""
+    op = _softmax_op()
+    source = op.triton_module_source()
+
+    def choice(bucket: str, dtype: str, config: dict[str, Any], speedup: float | None,
+               tier: str) -> BucketChoice:
+        shape = tuple(int(d) for d in bucket.split("x"))
+        return BucketChoice(bucket=bucket, dtype=dtype, shape=shape, config=config,
+                            source=source, tier=tier, numbers=_numbers(speedup))
+
+    def entry(target: str, vendor: str, backend: str, arch: str) -> TargetResult:
+        chosen = [choice(b, "bf16", cfg, s, tier) for b, (cfg, s) in buckets.items()]
+        chosen += [choice(b, "fp32", {**op.default_config(
+            hwmodels.get(target), (torch.empty(*map(int, b.split("x"))),)), "dtype": "fp32"},
+            None, "interpreted") for b in cpu_buckets]
+        return TargetResult(target, vendor, backend, arch, "ab" * 32, "bf16: atol=1e-2",
+                            tuple(chosen))
+
+    spec = tmp / "spec.py"
+    spec.write_text(REFERENCE)
+    result = PortResult(op="softmax_u", spec_path=spec, run_dir=tmp / "run",
+                        targets=(entry("h100", "nvidia", "triton-cuda", "90"),
+                                 entry("mi300x", "amd", "triton-hip", "gfx942")),
+                        versions={"torch": "x", "triton": "y"}, fusion={}, signature=("tensor",),
+                        reference_function="reference")
+    return write_pack(result, tmp / "packs").path
+
+
+# bf16 buckets at two widths, each with a config tuned there (not the rule's default)
+TWO_WIDTHS = {"4096x1024": (_one_block(1024, 2, "bf16"), 1.6),
+              "4096x8192": (_one_block(8192, 16, "bf16"), 1.5)}
+
+
+def _x(rows: int, cols: int, dtype: torch.dtype = torch.bfloat16, device: str = "meta"):
+    return (torch.empty(rows, cols, dtype=dtype, device=device),)
+
+
+def _without_lanes(config: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if k not in ("LANES", "waves_per_eu")}
+
+
+@pytest.mark.parametrize("device", ["h100", "mi300x"])
+def test_unseen_width_runs_the_config_derived_for_it(tmp_path: Path, device: str) -> None:
+    """Between two ported widths the loader derives the config for the asked width by the
+    module's own rule with the device's warp width and thread limit: the config the port's
+    generator gives that shape on that device (variants.default_config), not a neighbour's."""
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS), device=device)
+    x = _x(4096, 3000)  # bucket 4096x3072: no bucket of this width
+    c = op.choose(*x)
+    assert c.runs_kernel and c.unseen and c.target == device
+    want = _softmax_op().default_config(hwmodels.get(device), x)
+    assert _without_lanes(c.config) == _without_lanes(want)
+    # a softmax's lanes follow the warp width; 32-wide warps' are the launcher's own
+    assert c.config.get("LANES", want["LANES"]) == want["LANES"]
+    assert ("LANES" in c.config) is (device == "mi300x")
+    assert c.config not in [cfg for cfg, _ in TWO_WIDTHS.values()]
+    text = op.describe(*x)
+    assert "derived for this shape by the module's own rule (rowwise_default with warp_size " \
+        f"{hwmodels.get(device).warp_size}" in text
+    assert f"config {c.config}" in text and "timed neighbours: 4096x1024 ran 1.60x eager" in text
+
+
+def test_exact_bucket_keeps_its_tuned_config(tmp_path: Path) -> None:
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
+    c = op.choose(*_x(4096, 8192))
+    assert c.runs_kernel and not c.unseen and c.config == TWO_WIDTHS["4096x8192"][0]
+    assert "exact bucket 4096x8192/bf16" in op.describe(*_x(4096, 8192))
+
+
+def test_same_width_bucket_lends_its_config_to_nearby_row_counts(tmp_path: Path) -> None:
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
+    near = op.choose(*_x(1000, 8192))  # 1024 rows: 2 octaves from 4096, same width
+    assert near.unseen and near.config == TWO_WIDTHS["4096x8192"][0]
+    assert "tuned for rows this wide" in near.basis
+    far = op.choose(*_x(64, 8192))  # 6 octaves fewer rows: tuned for another regime
+    assert far.unseen and "derived for this shape" in far.basis
+    assert _without_lanes(far.config) == _without_lanes(
+        _softmax_op().default_config(hwmodels.get("h100"), _x(64, 8192)))
+
+
+@pytest.mark.parametrize(("speedups", "cols", "runs_kernel"), [
+    ((1.6, 1.5), 3000, True),  # both neighbours beat eager by far more than the margin
+    ((1.6, 0.7), 3000, False),  # the wider neighbour lost to eager
+    ((0.8, 1.5), 3000, False),  # the narrower one did
+    ((0.7, 0.9), 7000, False),  # both did
+    ((0.8, 1.5), 7000, True),  # a loss 2.8 octaves away, a win 0.19 octaves away
+], ids=["both-won", "wider-lost", "narrower-lost", "both-lost", "near-win-far-loss"])
+def test_reference_runs_where_the_neighbours_lost_to_eager(
+        tmp_path: Path, speedups: tuple[float, float], cols: int, runs_kernel: bool) -> None:
+    pairs = zip(TWO_WIDTHS.items(), speedups, strict=True)
+    buckets = {b: (cfg, s) for (b, (cfg, _)), s in pairs}
+    op = load_pack(_pack(tmp_path, buckets), device="h100")
+    c = op.choose(*_x(4096, cols))
+    assert c.runs_kernel is runs_kernel and c.unseen
+    text = op.describe(*_x(4096, cols))
+    assert f"4096x1024 ran {speedups[0]:.2f}x eager" in text
+    assert f"4096x8192 ran {speedups[1]:.2f}x eager" in text
+    if runs_kernel:
+        assert c.reference_why is None and "runs h100 entry, no exact bucket" in text
+    else:
+        assert "estimated slower than eager here" in c.reference_why
+        assert "runs the reference op instead of the kernel" in text
+
+
+def test_margin_grows_with_distance(tmp_path: Path) -> None:
+    """A bucket that beat eager by 8% is enough next door, not an octave and more away."""
+    buckets = {"4096x8192": (_one_block(8192, 16, "bf16"), 1.08)}
+    op = load_pack(_pack(tmp_path, buckets), device="h100")
+    assert op.choose(*_x(4096, 7000)).runs_kernel  # 7168: 0.19 octaves, needs 1.02x
+    far = op.choose(*_x(4096, 3000))  # 3072: 1.42 octaves, needs 1 + 0.142x
+    assert not far.runs_kernel
+    assert f"needs >= {1 + MARGIN_PER_OCTAVE * 1.415:.2f}x" in far.reference_why
+
+
+def test_a_form_never_timed_runs_the_reference(tmp_path: Path) -> None:
+    """At a vocabulary width the rule picks the looped kernel, and every timed bucket ran one
+    block per row: their speed says nothing about the looped form's."""
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
+    c = op.choose(*_x(1024, 50257))
+    assert c.config["strategy"] == "looped" and not c.runs_kernel
+    assert "needs the looped form" in c.reference_why
+
+
+def test_no_timed_bucket_means_no_estimate_and_the_kernel_runs(tmp_path: Path) -> None:
+    buckets = {b: (cfg, None) for b, (cfg, _) in TWO_WIDTHS.items()}
+    op = load_pack(_pack(tmp_path, buckets, tier="interpreted"), device="h100")
+    c = op.choose(*_x(4096, 3000))
+    assert c.runs_kernel and "no estimate either way" in c.evidence
+
+
+def test_reference_decision_is_logged_once_and_cached(tmp_path: Path,
+                                                      caplog: pytest.LogCaptureFixture) -> None:
+    buckets = {b: (cfg, 0.9) for b, (cfg, _) in TWO_WIDTHS.items()}
+    op = load_pack(_pack(tmp_path, buckets), device="h100")
+    x = _x(4096, 3000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)  # an entry fits: not a fallback
+        with caplog.at_level(logging.WARNING, logger="porter.packs.loader"):
+            y = op(*x)
+            op(*x)
+            op(*_x(4090, 3001))  # the same bucket and dtype: no second message
+    assert y.shape == x[0].shape and y.device.type == "meta"  # the reference op ran
+    said = [r for r in caplog.records if "running the reference op" in r.getMessage()]
+    assert len(said) == 1 and "4096x3072/bf16" in said[0].getMessage()
+    assert (torch.device("meta"), (4096, 3000), torch.bfloat16) in op._resolved
+
+
+def test_cpu_runs_the_derived_config_correctly(tmp_path: Path) -> None:
+    """The derived config launches: under the interpreter at a width no bucket has."""
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS, cpu_buckets=("8x128", "8x1024")), device="cpu")
+    x = (3.0 * torch.randn(5, 300, generator=torch.Generator().manual_seed(1)),)
+    c = op.choose(*x)
+    assert c.runs_kernel and c.interpret and c.unseen and c.config["BLOCK_N"] == 512
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PackFallbackWarning)
+        y = op(*x)
+    torch.testing.assert_close(y, torch.softmax(x[0], dim=-1), atol=1e-5, rtol=1e-5)
+
+
+def test_a_module_without_rules_keeps_the_nearest_buckets_config(tmp_path: Path) -> None:
+    """A kernel with its own launcher (here the hand-written stand-in; in a real pack a user's
+    kernel) has no generator rule to ask: at an unseen width it runs with the nearest bucket's
+    launch options, as before."""
+    op = load_pack(make_pack(tmp_path), device="h100")
+    c = op.choose(torch.empty(64, 200, device="meta"), torch.empty(200, device="meta"))
+    assert c.runs_kernel and c.unseen and c.config == {"num_warps": 4}
+    assert "nearest bucket 64x256's: the module has none of the generator's rules" in c.basis
+
+
+def test_manifest_from_before_unseen_shapes_still_loads(tmp_path: Path) -> None:
+    """A manifest of an older port: buckets without origin or numbers and configs without a
+    strategy, entries without provenance; it loads, chooses at an unseen shape, and runs."""
+    pack = make_pack(tmp_path)
+    m = yaml.safe_load((pack / "manifest.yaml").read_text())
+    for key in ("signature", "fusion", "versions"):
+        m.pop(key, None)
+    for e in m["entries"]:
+        e.pop("provenance", None)
+        for b in e["buckets"]:
+            b.pop("origin", None)
+            b.pop("numbers", None)
+    (pack / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    gpu = load_pack(pack, device="h100")
+    c = gpu.choose(torch.empty(64, 200, device="meta"), torch.empty(200, device="meta"))
+    assert c.runs_kernel and c.unseen and "no estimate either way" in c.evidence
+    cpu = load_pack(pack, device="cpu")
+    x = torch.randn(5, 300)
+    w = torch.randn(300)
+    want = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
+    torch.testing.assert_close(cpu(x, w), want, atol=1e-5, rtol=1e-5)
