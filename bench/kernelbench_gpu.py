@@ -82,6 +82,7 @@ DEFAULT_TIME_BUDGET_S = 480.0
 DEFAULT_REPS = 30
 DEFAULT_TIMEOUT_S = 300.0
 LEVELS = ("1", "2")
+DEVICE = "cuda"  # where the timed inputs live (the tests run the child's flow on "cpu")
 BIG_BYTES = 64 * 2**20  # the issue's 85%-of-copy target applies to working sets >= 64 MB
 
 
@@ -126,7 +127,6 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
 
     import torch
 
-    import hwmodels
     from harness.bench_op import bench_op
     from porter.errors import PorterError
     from porter.packs.loader import load_pack
@@ -135,11 +135,10 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     from porter.specs.kernelbench import kernelbench_problem
 
     row: dict[str, Any] = {"file": path.name, "level": level_of(path), "kind": kb_family(path)}
-    det = hwmodels.detect()
-    if det.model is None or not torch.cuda.is_available():
-        row.update(verdict="error", reason=f"no usable GPU here: {det.reason}")
+    hw, why = local_gpu()
+    if hw is None:
+        row.update(verdict="error", reason=f"no usable GPU here: {why}")
         return row
-    hw = det.model
     spec = load_spec(str(path))
     kb = kernelbench_problem(spec)
     shape, dtype = tuple(spec.shapes[0]), spec.dtypes[0]
@@ -172,7 +171,7 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     torch.cuda.empty_cache()
 
     t1 = time.perf_counter()
-    dev = torch.device("cuda")
+    dev = torch.device(DEVICE)
     problem = spec.problem()
     probe = problem.make_inputs(shape, dtype, dev, torch.Generator(dev).manual_seed(0))
     n_in = kb.n_inputs  # make_inputs returns (*get_inputs(), *parameters)
@@ -213,6 +212,18 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     row["verdict"] = "timed" if "pack" in row["ms"] else (
         "no kernel" if result.pack_path is None else "pack failed")
     return row
+
+
+def local_gpu() -> tuple[Any, str]:
+    """(the local GPU's hardware model, "") or (None, why there is none)."""
+    import torch
+
+    import hwmodels
+
+    det = hwmodels.detect()
+    if det.model is None or not torch.cuda.is_available():
+        return None, det.reason or "torch sees no CUDA device"
+    return det.model, ""
 
 
 def costs(spec: Any, shape: tuple[int, ...], dtype: Any) -> tuple[int, int]:

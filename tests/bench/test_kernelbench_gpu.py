@@ -253,3 +253,47 @@ def test_end_to_end_on_the_gpu(kb_dir: Path, tmp_path: Path) -> None:
         assert set(r["ms"]) == {"pack", "eager", "compile"} and r["inputs_nonzero"]
     assert rows["76_Gemm_Add_ReLU.py"]["flops"] == 2 * 32 * 64 * 48
     assert res["meta"]["kb_commit"] == "test" and (out / "SUMMARY.md").is_file()
+
+
+@pytest.mark.slow
+def test_the_childs_flow_on_a_cpu_with_a_stand_in_timer(
+        kb_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """measure_one end to end except the GPU: the port (interpreted tier here), the loaded pack
+    and the file's own Model are called on the same inputs and must agree (same weights), and
+    the row is built from the timer's rows."""
+    import hwmodels
+    from harness import bench_op as bench_op_module
+    from harness.bench_op import BenchRow
+    from harness.timing import Ratio
+
+    seen: dict[str, Any] = {}
+
+    def timer(problem: Any, providers: Any, *, hw: Any, shapes: Any, dtypes: Any, reps: int,
+              baselines: Any, out_contract: Any) -> list[BenchRow]:
+        args = problem.make_inputs(shapes[0], dtypes[0], torch.device("cpu"),
+                                   torch.Generator().manual_seed(1))
+        seen["pack"] = providers["pack"](*args)
+        seen["eager"] = providers["eager"](*args)
+        seen["reference"] = problem.reference(*args)
+        assert set(providers) == {"pack", "eager", "compile"} and baselines == ["eager", "compile"]
+        times = {"pack": 1.0, "eager": 2.0, "compile": 1.5}
+        return [BenchRow(op=problem.name, provider=p, shape=tuple(shapes[0]), dtype="fp32",
+                         device=hw.name, median_ms=t, p20_ms=t, p80_ms=t, bytes_moved=0, flops=0,
+                         speedup={b: Ratio(times[b] / t, times[b] / t, times[b] / t)
+                                  for b in baselines if b != p})
+                for p, t in times.items()]
+
+    monkeypatch.setattr(kg, "DEVICE", "cpu")
+    monkeypatch.setattr(kg, "local_gpu", lambda: (hwmodels.get("h100"), ""))
+    monkeypatch.setattr(bench_op_module, "bench_op", timer)
+    row = kg.measure_one(kb_dir / "level2" / "76_Gemm_Add_ReLU.py", tmp_path / "out",
+                         _args(tmp_path, max_variants=1))
+    assert row["verdict"] == "timed" and row["tier"] == "interpreted", row
+    assert row["pack_runs"] == "kernel" and row["inputs_nonzero"]
+    torch.testing.assert_close(seen["eager"], seen["reference"])
+    torch.testing.assert_close(seen["pack"], seen["reference"], atol=1e-4, rtol=1e-4)
+    assert row["ms"] == {"pack": 1.0, "eager": 2.0, "compile": 1.5}
+    assert row["speedup"]["eager"][0] == 2.0 and row["speedup"]["compile"][0] == 1.5
+    assert row["bound"] == "memory" and row["flops"] == 2 * 32 * 64 * 48
+    assert row["ceiling"].startswith("measured copy bandwidth")
+    assert (tmp_path / "out" / "packs" / "level2" / "kb_76_Gemm_Add_ReLU").is_dir()
