@@ -18,6 +18,7 @@ import torch
 from porter.codegen import dtypes
 from porter.codegen import fastmath
 from porter.codegen import heuristics
+from porter.codegen import matmul_rowwise
 from porter.codegen import rowwise
 from porter.codegen import variants
 from porter.codegen.emit import TRITON_DTYPE
@@ -247,6 +248,8 @@ class GeneratedOp:
                     sig[p] = "*" + TRITON_DTYPE[specs[int(kind[7:])][1]]
                 elif kind == "ptr:words":
                     sig[p] = "*i64"
+                elif kind == "ptr:ws":  # the split row's partials
+                    sig[p] = "*fp32"
                 elif kind == "stamp":
                     sig[p] = "i64:16"  # an epoch << 32: the JIT sees a multiple of 16
                 else:
@@ -307,6 +310,12 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         # the fold's programmatic dependent launch (sm_90+ at run time): the compile check
         # builds without its two grid-dependency instructions, which take no registers
         return False
+    if name == "EVEN" and config["strategy"] == "columns":  # as its launcher sets it
+        return heuristics.columns_full_blocks(int(ints["n_inner"]), int(ints["n_cols"]), config)
+    if name == "SPLIT":  # the split row's partials per row, as its launcher sizes them
+        _, chunks = heuristics.split_chunks(int(ints["n_cols"]), config["SPLIT"],
+                                            config["BLOCK_N"])
+        return heuristics._next_pow2(chunks)
     if name == "EVEN":  # as the rowwise launcher sets it
         return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
                                               int(ints["n_cols"]), config)
@@ -393,6 +402,8 @@ def generate(reference: Callable[..., Any], example_inputs: Sequence[Any], *,
     args = KernelArgs(g.symbols)
     if family == "matmul_epilogue":
         return _gen_matmul(name, g, example_inputs, args, subs)
+    if family == "matmul_rowwise":
+        return _gen_matmul_rowwise(name, g, example_inputs, subs)
     if family == "elementwise" and _flat_ok(g):
         return _gen_flat(name, g, example_inputs, args, subs)
     return _gen_rowwise(name, g, example_inputs, args, subs, family)
@@ -441,7 +452,16 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     fusion = report(g, subs, n_kernels, 4 * n_rows_val * len(plan.post) * 2, family)
     ctx = _common_ctx(name, family, g, fusion, args)
     last_dim = plan.dim == len(plan.space) - 1
-    src = _ENV.get_template("triton_rowwise.py.j2").render(
+    column = bodies.columns
+    column_ctx = {"columns": column is not None, "fold_args": ", words, stamp" if bodies.post else ""}
+    if column is not None:
+        column_ctx.update(column_params=column.args.declared(),
+                          column_launch_exprs=column.args.launch_exprs,
+                          column_coord_lines=column.coord_lines, column_body=column.body,
+                          n_inner=sym_to_python(column.n_inner, g.symbols))
+    column_heuristics = (heuristics.columns_default, heuristics.columns_full_blocks) \
+        if column is not None else ()
+    src = _ENV.get_template("triton_rowwise.py.j2").render(**column_ctx,
         **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
         persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
         two_block=bodies.two_block, one_round_variance=bodies.one_round_variance,
@@ -451,11 +471,13 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         last_dim=last_dim, full_output="full" in plan.out_kind,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
         thread_pairs=bool(bodies.online_pairs),
-        lane_strategies=_lane_strategies(bodies),
+        lane_strategies=_lane_strategies(bodies, plan), **_long_row_ctx(bodies, plan),
         heuristics=_heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
                                       heuristics.fold_config,
                                       heuristics.rowwise_full_blocks, heuristics.looped_lanes,
-                                      heuristics.looped_vec, heuristics.thread_lanes))
+                                      heuristics.looped_vec, heuristics.thread_lanes,
+                                      *((heuristics.split_chunks,) if bodies.split else ()),
+                                      *column_heuristics))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
     var1 = ("VAR1",) if bodies.one_round_variance else ()
@@ -481,6 +503,17 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                    ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1, *pdl), ("two_block",),
                    tuple(args.launch_exprs)),
     ]
+    if column is not None:
+        # its own arguments (the others' and its constexpr strides); n_inner's launch
+        # expression types it (a multiple of 16 or not) in the compile check
+        kernels.append(KernelInfo(
+            ctx["kname"] + "_columns_kernel",
+            (*column.args.params, "n_rows", "n_cols", "n_inner"),
+            (*column.args.kinds, "i32", "i32", "i32"),
+            ("BLOCK_I", "BLOCK_R", "EVEN", *var1, *pdl), ("columns",),
+            (*column.args.launch_exprs, "", "", sym_to_python(column.n_inner, g.symbols))))
+    kernels += _long_row_kernels(ctx["kname"], bodies, plan, params, kinds, lanes,
+                                 tuple(args.launch_exprs))
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds,
                                   ("BLOCK", "MAX_SPINS", "GRID_WAIT"), ("*",),
@@ -488,16 +521,60 @@ def _gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
     op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
               "hoist": bodies.single_hoisted is not None,
-              "one_round_variance": bodies.one_round_variance}
+              "one_round_variance": bodies.one_round_variance, "columns": column is not None,
+              "looped_l2": _looped_l2(bodies, plan), "split_row": bodies.split is not None,
+              "split_why_not": bodies.split_why_not}
     return op
 
 
-def _lane_strategies(bodies: rowwise.RowBodies) -> tuple[str, ...]:
+def _lane_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
     """Strategies whose kernel takes LANES: the looped kernel for an online softmax or a
     one-pass variance; the single pass and the persistent kernel for an online softmax's
-    per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`)."""
+    per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`); the split
+    row's partials kernel for an online softmax."""
     one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
-    return (("looped",) if bodies.online_pairs or bodies.one_round_variance else ()) + one_block
+    looped = _looped_strategies(bodies, plan) if bodies.online_pairs or \
+        bodies.one_round_variance else ()
+    split = ("split_row",) if bodies.split and bodies.online_pairs else ()
+    return looped + one_block + split
+
+
+def _looped_l2(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
+    """Whether the module has the L2-resident looped kernel: where the looped kernel reads each
+    row twice (reductions, then full-row outputs) and has no fold (its early launch)."""
+    return bool(plan.main) and "full" in plan.out_kind and not bodies.post
+
+
+def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
+    """The strategies that run the looped body."""
+    return ("looped", "looped_l2") if _looped_l2(bodies, plan) else ("looped",)
+
+
+def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
+    """The template's context for the long-row kernels (`_triton_rowwise_long.py.j2`)."""
+    l2 = _looped_l2(bodies, plan)
+    return {"looped_l2": l2, "split": bodies.split}
+
+
+def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
+                      params: tuple[str, ...], kinds: tuple[str, ...], lanes: tuple[str, ...],
+                      launch: tuple[str, ...]) -> list[KernelInfo]:
+    """The L2-resident looped kernel and the split row's two kernels, where the op has them."""
+    out = []
+    if _looped_l2(bodies, plan):
+        out.append(KernelInfo(kname + "_looped_l2_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                              ("ROWS", "BLOCK_N", "EVEN", *lanes), ("looped_l2",), launch))
+    if bodies.split is not None:
+        ws = ("n_cols", "ws_ptr", "chunk_cols", "n_chunks")
+        ws_kinds = ("i32", "ptr:ws", "i32", "i32")
+        online = ("LANES",) if bodies.online_pairs else ()
+        out.append(KernelInfo(kname + "_split_partials_kernel", (*params, *ws, "row0"),
+                              (*kinds, *ws_kinds, "i32"), ("ROWS", "BLOCK_N", "EVEN", *online),
+                              ("split_row",), launch))
+        out.append(KernelInfo(kname + "_split_apply_kernel", (*params, *ws, "n_apply", "row0"),
+                              (*kinds, *ws_kinds, "i32", "i32"),
+                              ("ROWS", "BLOCK_N", "EVEN", "SPLIT"), ("split_row",), launch))
+    return out
 
 
 def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:
@@ -561,4 +638,144 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo, tma], src)
     # operands as (input index, row dim, col dim): A is [M, K], B is [K, N]
     op._mm = {"mnk": mnk, "a": (ka, am, ak), "b": (kb, bk, bn)}
+    return op
+
+
+
+@dataclass
+class MatmulRowwiseOp(GeneratedOp):
+    """A matmul_rowwise op (porter.codegen.matmul_rowwise): the generated ops of its stages,
+    one per matmul (each with its epilogue, writing an [M, N] intermediate) and the row-wise
+    one last, composed into one module; each stage takes the one before's intermediate as its
+    input 0. Sizes, configs, variants and kernel refs are the stages', an op config holding
+    each stage's knobs under its prefix (`matmul_rowwise.split_config`)."""
+
+    stages: list[GeneratedOp] = field(default_factory=list)
+    prefixes: tuple[str, ...] = ()
+    a_indices: tuple[int, ...] = ()  # per matmul stage: its A operand among the stage's inputs
+
+    def stage_inputs(self, inputs: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Each stage's inputs for the op's `inputs`: the intermediates as meta tensors (sizes,
+        dtypes and strides are what the stages read off them), then the inputs before."""
+        out, args = [], tuple(inputs)
+        for i, stage in enumerate(self.stages):
+            out.append(args)
+            if i < len(self.a_indices):
+                sizes = stage.problem_sizes(args)
+                t = torch.empty((sizes["M"], sizes["N"]), dtype=args[self.a_indices[i]].dtype,
+                                device="meta")
+                args = (t, *args)
+        return out
+
+    def metal_source(self, config: dict[str, Any] | None = None) -> str | None:
+        """None: the Metal emitter writes one kernel per op, and this family is several (the
+        writer then declines the Metal target, naming the family)."""
+        return None
+
+    def problem_sizes(self, inputs: Sequence[Any]) -> dict[str, int]:
+        """M, N, K of the first matmul ("mm2_M", ... of a second), n_rows, n_cols of the rows."""
+        out: dict[str, int] = {}
+        for prefix, stage, args in zip(self.prefixes, self.stages, self.stage_inputs(inputs),
+                                       strict=True):
+            tag = "" if prefix == matmul_rowwise.ROW_PREFIX else prefix
+            out.update({tag + k: v for k, v in stage.problem_sizes(args).items()})
+        return out
+
+    def default_config(self, hw: HardwareModel | None, shape: Sequence[Any] | None = None,
+                       dtype: torch.dtype | None = None) -> dict[str, Any]:
+        """Each stage's default config for these inputs, as one config."""
+        per_stage = self.stage_inputs(self._inputs_for(shape))
+        return matmul_rowwise.join_config(
+            [st.default_config(hw, args, dtype) for st, args in zip(self.stages, per_stage,
+                                                                    strict=True)],
+            self.prefixes)
+
+    def variant_space(self, hw: HardwareModel, shape: Sequence[Any] | None = None,
+                      dtype: torch.dtype | None = None) -> list[dict[str, Any]]:
+        """Each stage's space, pruned by `hw`, combined (`matmul_rowwise.combined_space`)."""
+        per_stage = self.stage_inputs(self._inputs_for(shape))
+        return matmul_rowwise.combined_space(
+            [st.variant_space(hw, args, dtype) for st, args in zip(self.stages, per_stage,
+                                                                   strict=True)],
+            self.prefixes)
+
+    def tma_layout_ok(self, inputs: Sequence[Any], elem_bytes: int) -> bool:
+        return self.stages[0].tma_layout_ok(inputs, elem_bytes)
+
+    def tma_applies(self, inputs: Sequence[Any]) -> bool:
+        return self.stages[0].tma_applies(inputs)
+
+    def kernel_refs(self, inputs: Sequence[Any], config: dict[str, Any] | None = None,
+                    source_path: str | None = None) -> list[Any]:
+        """(KernelRef, LaunchConfig) per kernel the config launches: the stages run with
+        their own warps and stages, so each ref comes with its stage's launch knobs."""
+        from dataclasses import replace
+
+        from targets.base import LaunchConfig
+
+        config = config or self.default_config(None, inputs)
+        configs = matmul_rowwise.split_config(config, self.prefixes)
+        out: list[Any] = []
+        for stage, args, cfg in zip(self.stages, self.stage_inputs(inputs), configs,
+                                    strict=True):
+            extra = {k: cfg[k] for k in ("waves_per_eu", "matrix_instr_nonkdim", "maxnreg")
+                     if k in cfg}
+            lc = LaunchConfig(num_warps=int(cfg.get("num_warps", 4)),
+                              num_stages=int(cfg.get("num_stages", 2)), extra=extra)
+            for ref in stage.kernel_refs(args, cfg, source_path):
+                out.append((replace(ref, source=self._source), lc))
+        return out
+
+
+def _gen_matmul_rowwise(name: str, g: Graph, ex: tuple[Any, ...],
+                        subs: dict[sympy.Symbol, int]) -> GeneratedOp:
+    """The matmul_epilogue generator on each matmul stage, the rowwise one on the last stage,
+    and the sources composed into one module (see porter.codegen.matmul_rowwise)."""
+    cuts = matmul_rowwise.stages(g, lambda mm: _operand(mm.args[0], (0, 1))[0])
+    prefixes = matmul_rowwise.stage_prefixes(len(cuts))
+    fm = fastmath.triton_source()
+    resolve = inspect.getsource(dtypes.resolve_out_dtypes)
+    ops: list[GeneratedOp] = []
+    stages: list[dict[str, Any]] = []
+    args_ex, scratch, bodies = tuple(ex), 0, ""
+    for i, cut in enumerate(cuts + [None]):
+        last = cut is None
+        tag = "row" if last else "mm" if i == 0 else f"mm{i + 1}"
+        launcher = "_launch_row" if last else "_launch_matmul" + ("" if i == 0 else str(i + 1))
+        graph = cuts[-1].tail if last else cut.head
+        if last:
+            op_i = _gen_rowwise(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs,
+                                "rowwise")
+        else:
+            op_i = _gen_matmul(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs)
+        body = matmul_rowwise.part_body(op_i._source, resolve, fm, f"_S{i + 1}_", launcher)
+        body = matmul_rowwise.drop_repeats(body, bodies) if bodies else body
+        bodies += body
+        info = {"what": "the row-wise kernels over the last intermediate" if last else
+                f"matmul {i + 1} with its elementwise epilogue, storing its [M, N] output",
+                "globals": f"_S{i + 1}_", "body": body, "launcher": launcher,
+                "dtype_table": dtypes.table_source(graph.out_dtype_table),
+                "dtype_rules": dtypes.rules_source(graph.out_dtype_rules)}
+        if not last:
+            mm = next(n for n in graph.live() if n.op == "mm")
+            m, n = (int(sympy.sympify(s).subs(subs)) for s in mm.shape)
+            a = args_ex[cut.a_index]
+            info.update(m=sym_to_python(mm.shape[0], g.symbols),
+                        n=sym_to_python(mm.shape[1], g.symbols), a_index=cut.a_index)
+            scratch += 2 * m * n * a.element_size()  # written once, read once
+            args_ex = (torch.empty((m, n), dtype=a.dtype), *args_ex)
+        ops.append(op_i)
+        stages.append(info)
+    n_kernels = len(cuts) + ops[-1].fusion.kernels
+    fusion = report(g, subs, n_kernels, scratch, "matmul_rowwise")
+    ctx = _common_ctx(name, "matmul_rowwise", g, fusion, KernelArgs(g.symbols))
+    summary = ("the matmul kernel, then the row-wise kernel(s) over its output" if len(cuts) == 1
+               else f"{len(cuts)} matmul kernels (each reading the one before's output), then "
+               "the row-wise kernel(s) over the last")
+    src = _ENV.get_template("triton_matmul_rowwise.py.j2").render(
+        **ctx, stages=stages, prefixes=repr(prefixes), summary=summary)
+    op = MatmulRowwiseOp(name, "matmul_rowwise", g, ex, None, fusion,
+                         [k for o in ops for k in o.kernels], src, stages=ops,
+                         prefixes=prefixes, a_indices=tuple(c.a_index for c in cuts))
+    op._mm = dict(ops[0]._mm)
     return op

@@ -37,15 +37,23 @@ class RowPlan:
 
 
 def classify(g: Graph) -> str:
-    """'matmul_epilogue' | 'rowwise' | 'elementwise' (raises for what no template covers)."""
+    """'matmul_epilogue' | 'matmul_rowwise' | 'rowwise' | 'elementwise' (raises for what no
+    template covers).
+
+    matmul_rowwise: matmuls (one, or a chain) whose output, after elementwise ops, is reduced
+    row by row; porter.codegen.matmul_rowwise cuts the graph after each matmul's epilogue (and
+    raises where one intermediate cannot carry a matmul's result on)."""
     live = g.live()
     mms = [n for n in live if n.op == "mm"]
     reds = [n for n in live if n.op == "reduce"]
     if mms:
-        if len(mms) > 1:
-            raise UnsupportedOpError("aten.mm", "more than one matmul in one op")
+        if reds and any(r.id < mms[-1].id for r in reds):
+            raise UnsupportedOpError("aten.mm", "a reduction before a matmul")
         if reds:
-            raise UnsupportedOpError("aten.mm", "a matmul together with a reduction")
+            return "matmul_rowwise"
+        if len(mms) > 1:
+            raise UnsupportedOpError("aten.mm", "more than one matmul in one op with no "
+                                     "row-wise reduction after them")
         return "matmul_epilogue"
     return "rowwise" if reds else "elementwise"
 
@@ -56,9 +64,11 @@ def _eq(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 def unflattens(o: Node, space: tuple[Any, ...]) -> bool:
     """True when output `o` is a reshape of an iteration-space value (a flattened row split
-    back into its dims, as multi-dim layer norm produces): it is stored element for element."""
+    back into its dims, as multi-dim layer norm produces, or group norm's (N, G, row) rows
+    back to (N, C, L) of the same rank, or to (N, C) of a lower one): it is stored element
+    for element."""
     return (o.op == "reshape" and isinstance(o.args[0], Node) and _eq(o.args[0].shape, space)
-            and o.rank > len(space))
+            and not _eq(o.shape, space))
 
 
 def row_plan(g: Graph) -> RowPlan:

@@ -186,7 +186,8 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
 
 def math_unit(op: Any) -> str:
     """Matrix units for a matmul; element-wise and reduction math runs in fp32 on SIMT units."""
-    return "matrix" if getattr(op, "family", "") == "matmul_epilogue" else "simt"
+    # matmul_epilogue and matmul_rowwise: the matmul's FLOPs run on the matrix units
+    return "matrix" if str(getattr(op, "family", "")).startswith("matmul_") else "simt"
 
 
 def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[torch.dtype, ...],

@@ -243,7 +243,9 @@ def project_numbers(session: PortSession, hw: HardwareModel, shape: tuple[int, .
     nbytes, flops = op_cost(session.problem, shape, dtype)
     occ = details.pop("_occupancy", None)
     try:
-        unit = "matrix" if getattr(session.gen_op, "family", "") == "matmul_epilogue" else "simt"
+        # matmul_epilogue and matmul_rowwise: the matmul's FLOPs run on the matrix units
+        family = str(getattr(session.gen_op, "family", ""))
+        unit = "matrix" if family.startswith("matmul_") else "simt"
         pr = project(nbytes, flops, hw, dtype, grid=int(details.get("grid", 1)),
                      occupancy=occ, math_unit=unit)
     except ValueError as exc:

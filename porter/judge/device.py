@@ -181,7 +181,9 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
     t = cmp.timings["kernel"]
     nbytes = p.numbers.get("bytes_moved") or 0
     flops = p.numbers.get("flops") or 0
-    unit = "matrix" if getattr(session.gen_op, "family", "") == "matmul_epilogue" else "simt"
+    # matmul_epilogue and matmul_rowwise: the matmul's FLOPs run on the matrix units
+    family = str(getattr(session.gen_op, "family", ""))
+    unit = "matrix" if family.startswith("matmul_") else "simt"
     roof = analyze(nbytes, flops, t.median_ms, hw, dtype, math=unit)
     vs_eager = cmp.ratio("eager", "kernel")  # eager time / kernel time, per-rep pairs
     p.numbers.update({"time_ms": t.median_ms, "p20_ms": t.p20_ms, "p80_ms": t.p80_ms,
