@@ -45,15 +45,17 @@ import torch
 
 from harness.problem import Problem
 from harness.problem import Shape
-from harness.shapes import generic_adversarial
-from harness.shapes import odd_shapes
-from harness.shapes import sweep_shapes
 from harness.shapes import INTERPRET_ODD_BUDGET  # noqa: F401 - importable from here as before
 from harness.shapes import INTERPRET_SWEEP_BUDGET  # noqa: F401 - importable from here as before
 from harness.shapes import ODD_INNER_SIZES  # noqa: F401 - importable from here as before
+from harness.shapes import generic_adversarial
+from harness.shapes import odd_shapes
 from harness.shapes import shrink_shape  # noqa: F401 - importable from here as before
-from harness.trial import CheckContext
+from harness.shapes import sweep_shapes
+from harness.trial import CPU_COMPLETION_WAIT_S  # noqa: F401 - importable from here as before
 from harness.trial import NATIVE_ERROR_FACTOR
+from harness.trial import SENSITIVITY_FACTOR  # noqa: F401 - importable from here as before
+from harness.trial import CheckContext
 from harness.trial import Progress
 from harness.trial import TrialFailed
 from harness.trial import at_trial
@@ -71,8 +73,6 @@ from harness.trial import representable
 from harness.trial import run_trial
 from harness.trial import same_values
 from harness.trial import stale_output_guard
-from harness.trial import CPU_COMPLETION_WAIT_S  # noqa: F401 - importable from here as before
-from harness.trial import SENSITIVITY_FACTOR  # noqa: F401 - importable from here as before
 from targets.interpreter import triton_interpret
 from targets.tiers import Tier
 
@@ -276,9 +276,8 @@ def _stage_sweep(ctx: CheckContext, dtypes: tuple[torch.dtype, ...]) -> StageRes
             except TrialFailed as f:
                 return _failed("sweep", f, shapes, dtype, trials)
             trials += 1
-    return StageResult(
-        "sweep", True, _pass_text(ctx, len(shapes), len(dtypes)), shapes, dtype_texts(dtypes), trials
-    )
+    message = _pass_text(ctx, len(shapes), len(dtypes))
+    return StageResult("sweep", True, message, shapes, dtype_texts(dtypes), trials)
 
 
 def _stage_adversarial(ctx: CheckContext, dtypes: tuple[torch.dtype, ...]) -> StageResult:

@@ -82,7 +82,9 @@ def measure_copy_bandwidth(
     free, _total = torch.cuda.mem_get_info()
     flush = torch.empty(max(2 * llc_bytes, 512 << 20) // 4, dtype=torch.int32, device="cuda")
 
-    def before() -> None:
+    # Buffers are bound as default arguments, not closed over: each is deleted below to free
+    # device memory, and a closure over a deleted name reads as undefined (ruff F821).
+    def before(flush: Any = flush) -> None:
         flush_llc(flush)
 
     results = []
@@ -91,11 +93,13 @@ def measure_copy_bandwidth(
         size = min(size_bytes, int(free * 0.4)) // 4096 * 4096
         src = torch.randint(0, 256, (size,), dtype=torch.uint8, device="cuda")
         dst = torch.empty_like(src)
-        ms = _median_ms(torch, lambda: dst.copy_(src), reps, warmup, before=before)  # noqa: B023
+        ms = _median_ms(
+            torch, lambda dst=dst, src=src: dst.copy_(src), reps, warmup, before=before
+        )
         results.append((2 * size / (ms * 1e-3) / 1e9, size))
         del src, dst
         torch.cuda.empty_cache()
-    del flush
+    del before, flush
     gbps = max(g for g, _ in results)
     each = ", ".join(f"{size / 2**30:.2f} GiB: {g:.0f} GB/s" for g, size in results)
     method = (
@@ -112,7 +116,8 @@ def measure_matmul_bf16(torch: Any, n: int, reps: int, warmup: int) -> tuple[flo
     a = torch.randn((n, n), device="cuda", dtype=torch.bfloat16, generator=gen)
     b = torch.randn((n, n), device="cuda", dtype=torch.bfloat16, generator=gen)
     out = torch.empty((n, n), device="cuda", dtype=torch.bfloat16)
-    ms = _median_ms(torch, lambda: torch.matmul(a, b, out=out), reps, warmup)
+    # Bound as defaults, as in measure_copy_bandwidth: the buffers are deleted below.
+    ms = _median_ms(torch, lambda a=a, b=b, out=out: torch.matmul(a, b, out=out), reps, warmup)
     tflops = 2 * n**3 / (ms * 1e-3) / 1e12
     del a, b, out
     torch.cuda.empty_cache()

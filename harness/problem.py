@@ -24,7 +24,9 @@ Shape = tuple[int, ...]
 # make_inputs(shape, dtype, device, generator) -> tuple of inputs (tensors or python scalars)
 InputMaker = Callable[[Shape, torch.dtype, torch.device, torch.Generator], tuple[Any, ...]]
 # adversarial(shape, dtype, device, generator) -> list of (label, inputs) cases
-AdversarialMaker = Callable[[Shape, torch.dtype, torch.device, torch.Generator], list[tuple[str, tuple[Any, ...]]]]
+AdversarialMaker = Callable[
+    [Shape, torch.dtype, torch.device, torch.Generator], list[tuple[str, tuple[Any, ...]]]
+]
 # cost(inputs, outputs) -> int (bytes that must move / FLOPs that must be done)
 CostFn = Callable[[tuple[Any, ...], Any], int]
 

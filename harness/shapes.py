@@ -59,7 +59,9 @@ def sweep_shapes(problem: Problem, interpreted: bool) -> tuple[Shape, ...]:
     given = problem.extra.get("interpret_shapes")
     if given:
         return dedup_shapes(tuple(s) for s in given)
-    return dedup_shapes(shrink_shape(tuple(s), INTERPRET_SWEEP_BUDGET) for s in problem.sweep_shapes)
+    return dedup_shapes(
+        shrink_shape(tuple(s), INTERPRET_SWEEP_BUDGET) for s in problem.sweep_shapes
+    )
 
 
 def odd_shapes(problem: Problem, interpreted: bool) -> tuple[Shape, ...]:

@@ -133,7 +133,11 @@ def run_trial(
 
 
 def stale_output_guard(
-    ctx: CheckContext, inputs: tuple[Any, ...], outs: list[torch.Tensor], shape: Shape, dtype: torch.dtype
+    ctx: CheckContext,
+    inputs: tuple[Any, ...],
+    outs: list[torch.Tensor],
+    shape: Shape,
+    dtype: torch.dtype,
 ) -> None:
     """Same input tensors, new contents written in place, same output buffers: must follow."""
     fresh, seed = fresh_inputs(ctx, shape, dtype)
@@ -182,8 +186,8 @@ def same_buffer(a: torch.Tensor, b: torch.Tensor) -> bool:
 def native_outputs(ctx: CheckContext, inputs: tuple[Any, ...]) -> list[torch.Tensor] | None:
     """The reference run by PyTorch itself in the inputs' own dtype (before the candidate runs).
 
-    It sets the floor of the tolerance on ill-conditioned inputs (see `compare_outputs`). None when the
-    reference cannot run in that dtype.
+    It sets the floor of the tolerance on ill-conditioned inputs (see `compare_outputs`). None
+    when the reference cannot run in that dtype.
     """
     try:
         with torch.no_grad():
@@ -308,8 +312,9 @@ def compare_outputs(ctx: CheckContext, out: torch.Tensor, ref: torch.Tensor, ind
         if bool((n_err > allowed).any()) and max_abs <= floor:
             ctx.native_floor_used.append(
                 f"{where}: max abs err {max_abs:.3e} within {NATIVE_ERROR_FACTOR}x eager "
-                f"PyTorch's own {float(n_err.max()):.3e} in {dtype_text(out.dtype)} (ill-conditioned "
-                "input: the policy tolerance is below the dtype's own rounding here)")
+                f"PyTorch's own {float(n_err.max()):.3e} in {dtype_text(out.dtype)} "
+                "(ill-conditioned input: the policy tolerance is below the dtype's own rounding "
+                "here)")
             return
     if bool(bad.any()):
         worst = flat_index(excess.argmax(), excess.shape)
@@ -398,7 +403,9 @@ def representable(ref_outs: list[torch.Tensor], dtype: torch.dtype) -> bool:
     return True
 
 
-def fresh_inputs(ctx: CheckContext, shape: Shape, dtype: torch.dtype) -> tuple[tuple[Any, ...], int]:
+def fresh_inputs(
+    ctx: CheckContext, shape: Shape, dtype: torch.dtype
+) -> tuple[tuple[Any, ...], int]:
     seed = new_seed()
     at_trial(ctx, shape, dtype, seed)
     inputs = tuple(call_problem(ctx, "make_inputs", ctx.problem.make_inputs,
@@ -414,7 +421,9 @@ def fresh_inputs(ctx: CheckContext, shape: Shape, dtype: torch.dtype) -> tuple[t
     return inputs, seed
 
 
-def check_input_dtypes(ctx: CheckContext, inputs: tuple[Any, ...], dtype: torch.dtype, what: str) -> None:
+def check_input_dtypes(
+    ctx: CheckContext, inputs: tuple[Any, ...], dtype: torch.dtype, what: str
+) -> None:
     """Every floating-point input has the dtype under test; raise ProblemError otherwise.
 
     Integer and bool inputs (class targets, indices, masks) are exempt: their dtype is part of
@@ -426,9 +435,9 @@ def check_input_dtypes(ctx: CheckContext, inputs: tuple[Any, ...], dtype: torch.
     for i, t in enumerate(inputs):
         if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dtype:
             raise problem_error(
-                ctx, f"{what} returned input {i} as {dtype_text(t.dtype)} when {dtype_text(dtype)} was asked "
-                     "for (cast floating-point inputs to the requested dtype; integer and bool "
-                     "inputs may keep their own)")
+                ctx, f"{what} returned input {i} as {dtype_text(t.dtype)} when "
+                     f"{dtype_text(dtype)} was asked for (cast floating-point inputs to the "
+                     "requested dtype; integer and bool inputs may keep their own)")
 
 
 def at_trial(ctx: CheckContext, shape: Shape, dtype: torch.dtype, seed: int) -> None:
@@ -440,8 +449,9 @@ def at_trial(ctx: CheckContext, shape: Shape, dtype: torch.dtype, seed: int) -> 
 
 
 def problem_error(ctx: CheckContext, detail: str) -> ProblemError:
-    return ProblemError(ctx.problem.name, detail, stage=ctx.stage, shape=ctx.shape,
-                        dtype=dtype_text(ctx.dtype) if ctx.dtype is not None else None, seed=ctx.seed)
+    dtype = dtype_text(ctx.dtype) if ctx.dtype is not None else None
+    return ProblemError(ctx.problem.name, detail, stage=ctx.stage, shape=ctx.shape, dtype=dtype,
+                        seed=ctx.seed)
 
 
 def call_problem(ctx: CheckContext, what: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -21,13 +21,13 @@ Importing this package is cheap: torch, pynvml and amdsmi are imported only insi
 
 from __future__ import annotations
 
+from hwmodels.catalog import Registry  # noqa: F401 - importable from here as before
 from hwmodels.catalog import all_models
 from hwmodels.catalog import broken
 from hwmodels.catalog import clear_cache
 from hwmodels.catalog import devices_dir
 from hwmodels.catalog import get
 from hwmodels.catalog import model_hash
-from hwmodels.catalog import Registry  # noqa: F401 - importable from here as before
 from hwmodels.catalog import registry
 from hwmodels.descriptor import descriptor
 from hwmodels.detect import Detection

@@ -29,6 +29,7 @@ from typing import get_args
 
 import yaml
 
+from hwmodels.errors import PorterError
 from hwmodels.model import DTYPES
 from hwmodels.model import Backend
 from hwmodels.model import BuildTarget
@@ -39,7 +40,6 @@ from hwmodels.model import HardwareModel
 from hwmodels.model import MeasuredCeiling
 from hwmodels.model import Memory
 from hwmodels.model import Vendor
-from hwmodels.errors import PorterError
 
 log = logging.getLogger(__name__)
 

@@ -89,7 +89,8 @@ class HardwareModel:
     compute_units: Fact  # SMs / CUs / GPU cores
     boost_clock_mhz: Fact
     limits: ComputeUnitLimits
-    features: frozenset[str]  # "tma", "wgmma", "tcgen05", "mfma", "simdgroup_matrix", "fp8_e4m3", ...
+    # "tma", "wgmma", "tcgen05", "mfma", "simdgroup_matrix", "fp8_e4m3", ...
+    features: frozenset[str]
     measured: tuple[MeasuredCeiling, ...] = ()
     notes: str = ""
     source_file: str = ""  # path of the YAML it was loaded from (for error messages)

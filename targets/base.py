@@ -52,7 +52,8 @@ class ResourceUsage:
     shared_memory_bytes: int  # static + dynamic shared memory / LDS per block
     spill_bytes: int  # local-memory spill stores (NVIDIA) / scratch (AMD)
     threads_per_block: int
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. {"sgprs": 40, "occupancy_reported": 8}
+    # e.g. {"sgprs": 40, "occupancy_reported": 8}
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

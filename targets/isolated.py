@@ -38,7 +38,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from targets.base import CompileError, KernelRef
+from targets.base import CompileError
+from targets.base import KernelRef
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +136,9 @@ def _fn_src(fn: Any) -> str | None:
     return src if isinstance(src, str) else None
 
 
-def build_request(kernel: KernelRef, target: Any, options: dict[str, Any], where: str) -> dict[str, Any]:
+def build_request(
+    kernel: KernelRef, target: Any, options: dict[str, Any], where: str
+) -> dict[str, Any]:
     """The JSON request for `kernel`: file, function name, signature, constexprs, target, options.
 
     Raises:
@@ -164,7 +167,9 @@ def _cache_key(request: dict[str, Any]) -> str:
     return digest.hexdigest()
 
 
-def compile_in_child(kernel: KernelRef, target: Any, options: dict[str, Any], where: str) -> ChildCompiled:
+def compile_in_child(
+    kernel: KernelRef, target: Any, options: dict[str, Any], where: str
+) -> ChildCompiled:
     """Compile `kernel` for `target` in a fresh interpreter-free Python process (cached).
 
     Args:
@@ -194,7 +199,8 @@ def compile_in_child(kernel: KernelRef, target: Any, options: dict[str, Any], wh
     if status == "compile_error":
         raise ChildCompileFailed(answer["kind"], answer["message"])
     if status != "ok":
-        raise CompileError(f"cannot build {where}: {answer.get('message', 'clean compile process failed')}")
+        message = answer.get("message", "clean compile process failed")
+        raise CompileError(f"cannot build {where}: {message}")
     asm: dict[str, str | bytes] = dict(answer["asm_text"])
     asm.update({k: base64.b64decode(v) for k, v in answer["asm_binary"].items()})
     return ChildCompiled(metadata=SimpleNamespace(**answer["metadata"]), asm=asm)
@@ -204,7 +210,8 @@ def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "0"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(_REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    paths = (str(_REPO_ROOT), env.get("PYTHONPATH", ""))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
 
@@ -259,11 +266,14 @@ class _Worker:
     def ask(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
         """Send `request`, wait up to `timeout` s for the answer; a crash answers status=crashed."""
         env = _child_env()
-        key = tuple(sorted((k, v) for k, v in env.items() if k.startswith("TRITON_") or k == "PYTHONPATH"))
+        key = tuple(
+            sorted((k, v) for k, v in env.items() if k.startswith("TRITON_") or k == "PYTHONPATH")
+        )
         with self.lock:
             if self.proc is None or self.proc.poll() is not None or key != self.env_key:
                 self._start(env, key)
-            assert self.proc is not None and self.proc.stdin is not None and self.proc.stdout is not None
+            assert self.proc is not None
+            assert self.proc.stdin is not None and self.proc.stdout is not None
             try:
                 self.proc.stdin.write(json.dumps(request).encode() + b"\n")
                 self.proc.stdin.flush()
@@ -309,13 +319,17 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from targets.loading import KernelLoadError, load_kernel
+    from targets.loading import KernelLoadError
+    from targets.loading import load_kernel
     from targets.triton_source import build_source
 
     try:
         fn = load_kernel(request["file"], request["function"])
     except KernelLoadError as exc:
-        return {"status": "load_error", "message": f"clean compile process could not load it: {exc}"}
+        return {
+            "status": "load_error",
+            "message": f"clean compile process could not load it: {exc}",
+        }
     expected = request.get("expected_src")
     if expected is not None and _fn_src(fn) not in (None, expected):
         return {
@@ -332,14 +346,22 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     source = build_source(kernel)
     backend, arch, warp_size = request["target"]
     try:
-        compiled = triton.compile(source, target=GPUTarget(backend, arch, warp_size), options=request["options"])
+        compiled = triton.compile(
+            source, target=GPUTarget(backend, arch, warp_size), options=request["options"]
+        )
     except Exception as exc:  # noqa: BLE001 -- Triton raises many types; all mean "the compiler said no"
         detail = str(exc).strip().splitlines()
-        return {"status": "compile_error", "kind": type(exc).__name__, "message": detail[-1] if detail else ""}
+        return {
+            "status": "compile_error",
+            "kind": type(exc).__name__,
+            "message": detail[-1] if detail else "",
+        }
     meta = compiled.metadata
     fields = meta._asdict() if hasattr(meta, "_asdict") else dict(vars(meta))
     text = {k: v for k, v in compiled.asm.items() if isinstance(v, str)}
-    binary = {k: base64.b64encode(v).decode() for k, v in compiled.asm.items() if isinstance(v, bytes)}
+    binary = {
+        k: base64.b64encode(v).decode() for k, v in compiled.asm.items() if isinstance(v, bytes)
+    }
     return {
         "status": "ok",
         "metadata": {k: v for k, v in fields.items() if _plain(v)},
@@ -360,7 +382,10 @@ def main() -> int:
         try:
             answer = _serve(json.loads(line))
         except Exception as exc:  # noqa: BLE001 -- keep serving; the parent reports it as a failed compile
-            answer = {"status": "crashed", "message": f"clean compile process: {type(exc).__name__}: {exc}"}
+            answer = {
+                "status": "crashed",
+                "message": f"clean compile process: {type(exc).__name__}: {exc}",
+            }
         answers.write(json.dumps(answer) + "\n")
         answers.flush()
     return 0

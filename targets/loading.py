@@ -25,7 +25,10 @@ _counter = itertools.count()
 # Scalar parameters typed fp32 rather than i32 when nothing else says so: names that are floats in
 # every kernel we have seen (epsilon, scales, probabilities). Anything else: pass `arg_types`.
 FLOAT_PARAM_NAMES = frozenset(
-    {"eps", "epsilon", "scale", "sm_scale", "alpha", "beta", "momentum", "temperature", "p", "dropout_p"}
+    {
+        "eps", "epsilon", "scale", "sm_scale", "alpha", "beta",
+        "momentum", "temperature", "p", "dropout_p",
+    }
 )
 
 
@@ -154,7 +157,8 @@ def kernel_ref_for(
     bad = sorted((set(overrides) | set(divisible_by_16)) - set(runtime))
     if bad:
         raise KernelLoadError(
-            f"kernel {kname} has no runtime argument(s) {', '.join(bad)}; they are {', '.join(runtime)}"
+            f"kernel {kname} has no runtime argument(s) {', '.join(bad)}; "
+            f"they are {', '.join(runtime)}"
         )
     signature: dict[str, str] = {}
     for arg in runtime:

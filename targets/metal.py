@@ -26,10 +26,10 @@ from targets.base import KernelRef
 from targets.base import LaunchConfig
 from targets.base import ResourceUsage
 from targets.base import TargetBackend
+from targets.tiers import Tier
 from targets.triton_common import fit_reasons
 from targets.triton_common import knob_reasons
 from targets.triton_common import launch_reasons
-from targets.tiers import Tier
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -68,7 +68,9 @@ def _type_bytes(type_name: str) -> int | None:
     return _SCALAR_BYTES[match.group(1)] * (4 if lanes == 3 else lanes)
 
 
-def threadgroup_arrays(source: str, constexprs: dict[str, object] | None = None) -> tuple[int, list[str]]:
+def threadgroup_arrays(
+    source: str, constexprs: dict[str, object] | None = None
+) -> tuple[int, list[str]]:
     """Bytes of threadgroup memory the MSL source declares statically.
 
     Args:
@@ -100,7 +102,9 @@ def threadgroup_arrays(source: str, constexprs: dict[str, object] | None = None)
             if value is None:
                 value = _const_expr(dim, consts)
             if value is None:
-                problems.append(f"threadgroup {type_name} {var}[{dim}]: size {dim!r} is not a known constant")
+                problems.append(
+                    f"threadgroup {type_name} {var}[{dim}]: size {dim!r} is not a known constant"
+                )
                 count = 0
                 break
             count *= value
@@ -190,7 +194,9 @@ class MetalBackend(TargetBackend):
             )
         blocking = []
         if not self.supports(hw):
-            blocking.append(f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})")
+            blocking.append(
+                f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})"
+            )
         blocking += knob_reasons(config, self.name, self.known_knobs)
         if blocking:
             raise CompileError(f"cannot emit {kernel.name} for {hw.name}: " + "; ".join(blocking))

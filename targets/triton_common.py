@@ -16,26 +16,24 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from targets import isolated
 from targets import occupancy as occupancy_mod
 from targets.base import TRITON_CAPABILITIES
 from targets.base import Capabilities
-from targets.base import (
-    CompileError,
-    CompileReport,
-    KernelRef,
-    LaunchConfig,
-    Occupancy,
-    ResourceUsage,
-    TargetBackend,
-)
-
+from targets.base import CompileError
+from targets.base import CompileReport
+from targets.base import KernelRef
+from targets.base import LaunchConfig
+from targets.base import Occupancy
+from targets.base import ResourceUsage
+from targets.base import TargetBackend
+from targets.tiers import Tier
 from targets.triton_source import build_source
 from targets.triton_source import source_signature
 from targets.triton_source import split_hint  # noqa: F401 - importable from here as before
-from targets.tiers import Tier
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -44,7 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def memory_word(hw: HardwareModel) -> str:
-    """What the vendor calls per-block on-chip memory: "LDS", "threadgroup memory", "shared memory"."""
+    """What the vendor calls per-block on-chip memory: "LDS", "threadgroup memory", "shared
+    memory"."""
     return {"amd": "LDS", "apple": "threadgroup memory"}.get(hw.vendor, "shared memory")
 
 
@@ -112,7 +111,7 @@ def launch_reasons(config: LaunchConfig, hw: HardwareModel) -> list[str]:
         threads = nw * hw.warp_size
         threads_max = int(hw.limits.max_threads_per_block.value)
         if threads > threads_max:
-            unit = "wavefronts" if hw.vendor == "amd" else ("simdgroups" if hw.vendor == "apple" else "warps")
+            unit = {"amd": "wavefronts", "apple": "simdgroups"}.get(hw.vendor, "warps")
             reasons.append(
                 f"{nw} {unit} x {hw.warp_size} lanes = {threads} threads > {threads_max} per "
                 f"{block_word(hw)} on {hw.name}"
@@ -190,7 +189,9 @@ class TritonBackend(TargetBackend):
         where = f"{kernel.name} for {hw.name} ({self.name} {hw.build.arch})"
         blocking = []
         if not self.supports(hw):
-            blocking.append(f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})")
+            blocking.append(
+                f"{self.name} does not build for {hw.name} (it uses {hw.build.backend})"
+            )
         blocking += knob_reasons(config, self.name, self.known_knobs)
         if blocking:
             raise CompileError(f"cannot build {where}: " + "; ".join(blocking))
@@ -223,7 +224,9 @@ class TritonBackend(TargetBackend):
             notes=tuple(notes),
         )
 
-    def _compile_artifact(self, kernel: KernelRef, config: LaunchConfig, hw: HardwareModel, where: str) -> Any:
+    def _compile_artifact(
+        self, kernel: KernelRef, config: LaunchConfig, hw: HardwareModel, where: str
+    ) -> Any:
         """Run `triton.compile` here, or in a clean process when the interpreter is active here.
 
         Either way the result has the `metadata` / `asm` the read-out code uses, and a compiler
@@ -234,7 +237,9 @@ class TritonBackend(TargetBackend):
             # targets/isolated.py. Check the signature here so those errors stay in-process.
             source_signature(kernel)
             try:
-                return isolated.compile_in_child(kernel, self.gpu_target(hw), self.options(config), where)
+                return isolated.compile_in_child(
+                    kernel, self.gpu_target(hw), self.options(config), where
+                )
             except isolated.ChildCompileFailed as exc:
                 raise CompileError(f"Triton failed to compile {where}: {exc.kind}: {exc}") from exc
 
@@ -246,7 +251,9 @@ class TritonBackend(TargetBackend):
         except Exception as exc:  # Triton raises many types; all mean "the compiler said no"
             detail = str(exc).strip().splitlines()
             head = detail[-1] if detail else ""
-            raise CompileError(f"Triton failed to compile {where}: {type(exc).__name__}: {head}") from exc
+            raise CompileError(
+                f"Triton failed to compile {where}: {type(exc).__name__}: {head}"
+            ) from exc
 
     def notes(self, resources: ResourceUsage, hw: HardwareModel) -> list[str]:
         """Backend-specific remarks for the report (none by default)."""

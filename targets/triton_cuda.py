@@ -72,7 +72,9 @@ def dump_resource_usage(cubin: bytes, kernel_name: str) -> tuple[dict[str, int],
     """Run cuobjdump on `cubin` (written to a temp file); returns (fields, note-if-unreadable)."""
     tool = cuobjdump_path()
     if tool is None:
-        return {}, "cuobjdump not found (neither in triton's bin folder nor on PATH): registers unread"
+        return {}, (
+            "cuobjdump not found (neither in triton's bin folder nor on PATH): registers unread"
+        )
     with tempfile.TemporaryDirectory(prefix="porter-cubin-") as tmp:
         path = Path(tmp) / f"{kernel_name}.cubin"
         path.write_bytes(cubin)

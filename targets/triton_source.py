@@ -36,10 +36,14 @@ def build_source(kernel: KernelRef) -> Any:
     from triton.compiler import ASTSource
 
     signature, attrs = source_signature(kernel)
-    return ASTSource(fn=kernel.fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs)
+    return ASTSource(
+        fn=kernel.fn, signature=signature, constexprs=dict(kernel.constexprs), attrs=attrs
+    )
 
 
-def source_signature(kernel: KernelRef) -> tuple[dict[str, str], dict[tuple[int, ...], list[list[Any]]]]:
+def source_signature(
+    kernel: KernelRef,
+) -> tuple[dict[str, str], dict[tuple[int, ...], list[list[Any]]]]:
     """The ASTSource signature and hint attrs for `kernel`, checked against its arguments.
 
     Needs only the function's `arg_names`, so it also checks a kernel that was decorated under

@@ -131,7 +131,7 @@ def test_no_import_cycles() -> None:
 def test_no_upward_imports() -> None:
     bad = []
     for mod, path in MODULES.items():
-        for base, name, line in _imports(mod, path):
+        for base, _name, line in _imports(mod, path):
             top = base.split(".")[0]
             if top in LAYER and LAYER[top] > LAYER[mod.split(".")[0]]:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {base}")

@@ -3,22 +3,27 @@
 They run on the CPU Metal executor (targets.metal_exec), which is what the *emulated* tier
 rests on; each must be caught by the stage named here, for the reason named here:
 
-| kernel                 | the bug                                               | caught by                          |
-|------------------------|-------------------------------------------------------|------------------------------------|
-| metal_good             | none (SIMD-group reductions, float4 loads on aligned  | passes all stages                  |
-|                        | rows)                                                 |                                    |
-| metal_missing_barrier  | no threadgroup_barrier between the SIMD-groups'       | smoke (error: data race)           |
-|                        | partials written to threadgroup memory and read back  |                                    |
-| metal_wrong_threads    | assumes 256 threads per threadgroup (reads the        | smoke (error: uninitialized        |
-|                        | partials of SIMD-groups that were never launched)     | threadgroup read)                  |
-| metal_small_threadgroup| one threadgroup slot per thread in a 256-slot array,  | sweep (error: out of bounds, at    |
-|                        | launched with up to 1024 threads                      | the first row wider than 256)      |
-| metal_full_simd        | a simd_shuffle_down tree that assumes 32 active lanes | odd_sizes (NaN: a row shorter than |
-|                        | (the last SIMD-group of a 1023-wide row has 31)       | the SIMD-group reads absent lanes) |
-| metal_off_by_one       | the scalar (unaligned-row) loop stops at n - 1        | odd_sizes (NaN: last column        |
-|                        |                                                       | never written)                     |
-| metal_row_overrun      | the last loop writes one element past its row, into   | smoke (error: the next row's       |
-|                        | the next row's first                                  | threadgroup writes it too: a race) |
+| kernel                  | the bug                                | caught by                    |
+|-------------------------|----------------------------------------|------------------------------|
+| metal_good              | none (SIMD-group reductions, float4    | passes all stages            |
+|                         | loads on aligned rows)                 |                              |
+| metal_missing_barrier   | no threadgroup_barrier between the     | smoke (error: data race)     |
+|                         | SIMD-groups' partials written to       |                              |
+|                         | threadgroup memory and read back       |                              |
+| metal_wrong_threads     | assumes 256 threads per threadgroup    | smoke (error: uninitialized  |
+|                         | (reads the partials of SIMD-groups     | threadgroup read)            |
+|                         | that were never launched)              |                              |
+| metal_small_threadgroup | one threadgroup slot per thread in a   | sweep (error: out of bounds, |
+|                         | 256-slot array, launched with up to    | at the first row wider than  |
+|                         | 1024 threads                           | 256)                         |
+| metal_full_simd         | a simd_shuffle_down tree that assumes  | odd_sizes (NaN: a row        |
+|                         | 32 active lanes (the last SIMD-group   | shorter than the SIMD-group  |
+|                         | of a 1023-wide row has 31)             | reads absent lanes)          |
+| metal_off_by_one        | the scalar (unaligned-row) loop stops  | odd_sizes (NaN: last column  |
+|                         | at n - 1                               | never written)               |
+| metal_row_overrun       | the last loop writes one element past  | smoke (error: the next row's |
+|                         | its row, into the next row's first     | threadgroup writes it too: a |
+|                         |                                        | race)                        |
 
 The host side is the same for all: one threadgroup per row, min(n_cols, 1024) threads (so a
 row shorter than 32 has a partial SIMD-group), n_cols as a `constant uint&`. The self-test's

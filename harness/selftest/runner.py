@@ -208,7 +208,6 @@ def _no_cpu_check(backend: str) -> str | None:
 def _speed_of_light_row(kernels: ModuleType) -> SelftestRow:
     """Time the memoizer on the GPU; the roofline must flag its time as impossible."""
     import hwmodels
-
     from harness import roofline
     from harness import timing
 

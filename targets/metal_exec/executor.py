@@ -80,7 +80,8 @@ def available() -> tuple[bool, str]:
 def cache_dir() -> Path:
     """Where compiled kernels are kept ($PORTER_METAL_CACHE, else a per-user temp folder)."""
     given = os.environ.get("PORTER_METAL_CACHE")
-    path = Path(given) if given else Path(tempfile.gettempdir()) / f"porter-metal-exec-{os.getuid()}"
+    default = Path(tempfile.gettempdir()) / f"porter-metal-exec-{os.getuid()}"
+    path = Path(given) if given else default
     path.mkdir(parents=True, exist_ok=True)
     return path
 

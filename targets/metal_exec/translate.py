@@ -156,7 +156,9 @@ def _parse_param(kernel: str, text: str) -> tuple[Param, str]:
             elem = ptr.group(4)
             param = Param(name, "buffer", elem, int(buf.group(1)), pointer=True, const=const)
         else:
-            ref = re.fullmatch(rf"(?:const\s+)?(constant|device)?\s*(const\s+)?({_TYPE})\s*&", type_text)
+            ref = re.fullmatch(
+                rf"(?:const\s+)?(constant|device)?\s*(const\s+)?({_TYPE})\s*&", type_text
+            )
             if not ref:
                 raise TranslateError(f"kernel {kernel}: buffer parameter {name!r} of type "
                                      f"{type_text!r} is neither a pointer nor a reference")
@@ -253,7 +255,8 @@ def _entry(k: KernelSig) -> str:
     call = f"{k.name}(" + ", ".join(args) + ");"
     return (
         f'extern "C" int porter_launch_{k.name}(void** bufs, const long long* nbytes, '
-        "const unsigned* ngroups, const unsigned* tpt, long long tg_limit, char* err, int errlen) {\n"
+        "const unsigned* ngroups, const unsigned* tpt, long long tg_limit, "
+        "char* err, int errlen) {\n"
         "    (void)bufs; (void)nbytes;\n"
         "    return porter_rt::launch(ngroups, tpt, tg_limit, err, errlen, "
         "[&](porter_rt::Thread* t) {\n"

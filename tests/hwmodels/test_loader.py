@@ -10,8 +10,8 @@ import yaml
 
 import hwmodels
 from hwmodels import HardwareModelError
-from hwmodels.loader import KNOWN_FEATURES
 from hwmodels.catalog import Registry
+from hwmodels.loader import KNOWN_FEATURES
 from hwmodels.model import DTYPES
 
 SHIPPED = sorted(hwmodels.DEVICES_DIR.glob("*.yaml"))

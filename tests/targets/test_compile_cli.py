@@ -28,10 +28,11 @@ def test_compile_reports_every_target():
 
 
 def test_no_fit_is_reported_not_failed():
-    result = _run(f"{SMEM_STRESS}::_matmul_fwd_kernel", "--targets", "h100,mi300x", "--dtype", "bf16",
-                  "--constexpr", "BLOCK_M=128", "--constexpr", "BLOCK_N=128", "--constexpr", "BLOCK_K=64",
-                  "--num-warps", "4", "--num-stages", "4", *sum((["--divisible", n] for n in
-                  ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")), []))
+    divisible = ("M", "N", "K", "stride_am", "stride_bk", "stride_cm")
+    result = _run(f"{SMEM_STRESS}::_matmul_fwd_kernel", "--targets", "h100,mi300x",
+                  "--dtype", "bf16", "--constexpr", "BLOCK_M=128", "--constexpr", "BLOCK_N=128",
+                  "--constexpr", "BLOCK_K=64", "--num-warps", "4", "--num-stages", "4",
+                  *sum((["--divisible", n] for n in divisible), []))
     assert result.exit_code == 0, result.output
     mi_row = next(line for line in result.output.splitlines() if line.startswith("mi300x"))
     assert "NO: LDS" in mi_row and "> 65536 B LDS per CU on mi300x" in mi_row
@@ -49,7 +50,8 @@ def test_bad_kernel_spec_and_missing_kernel():
     result = _run(str(RMSNORM), "--targets", "h100")
     assert result.exit_code == 2 and "FILE::KERNEL" in result.output
     result = _run(f"{RMSNORM}::nope", "--targets", "h100")
-    assert result.exit_code == 2 and "no kernel 'nope'" in result.output and "kernel.py" in result.output
+    assert result.exit_code == 2
+    assert "no kernel 'nope'" in result.output and "kernel.py" in result.output
 
 
 def test_unset_constexpr_is_named():
@@ -64,5 +66,7 @@ def test_compile_error_exits_nonzero_with_message():
 
 
 def test_unknown_knob_is_a_compile_error():
-    result = _run(KERNEL, "--targets", "h100", "--constexpr", "BLOCK_N=64", "--knob", "waves_per_eu=2")
+    result = _run(
+        KERNEL, "--targets", "h100", "--constexpr", "BLOCK_N=64", "--knob", "waves_per_eu=2"
+    )
     assert result.exit_code == 1 and "unknown knob 'waves_per_eu' for triton-cuda" in result.output

@@ -37,7 +37,8 @@ def test_nvidia_readout_matches_cuobjdump_of_the_cubin(device, rmsnorm_report):
     report = rmsnorm_report(device)
     res = report.resources
     assert res.extra["source"] == "cuobjdump --dump-resource-usage"
-    assert res.shared_memory_bytes == res.extra["static_shared_bytes"] + res.extra["dynamic_shared_bytes"]
+    static, dynamic = res.extra["static_shared_bytes"], res.extra["dynamic_shared_bytes"]
+    assert res.shared_memory_bytes == static + dynamic
     assert "ptx" in report.artifacts and ".target sm_" + report.arch in report.artifacts["ptx"]
 
 
@@ -58,7 +59,8 @@ def test_nvidia_spills_are_read(rmsnorm_fn):
     # maxnreg=32 leaves 2048/32 = 64 row values per thread with nowhere to live but the stack.
     ref = targets.kernel_ref_for(rmsnorm_fn, constexprs={"BLOCK_N": 2048})
     hw = hwmodels.get("h100")
-    report = targets.for_device(hw).compile(ref, LaunchConfig(num_warps=1, extra={"maxnreg": 32}), hw)
+    config = LaunchConfig(num_warps=1, extra={"maxnreg": 32})
+    report = targets.for_device(hw).compile(ref, config, hw)
     assert report.resources.registers_per_thread <= 32
     assert report.resources.spill_bytes > 0
     assert any("spills" in n for n in report.notes)
@@ -77,7 +79,8 @@ def test_amd_spills_are_read(rmsnorm_fn):
 
 def test_parse_resource_usage_picks_the_named_function():
     text = (
-        "\nResource usage:\n Common:\n  GLOBAL:28\n Function other:\n  REG:10 STACK:0 SHARED:0 LOCAL:0\n"
+        "\nResource usage:\n Common:\n  GLOBAL:28\n"
+        " Function other:\n  REG:10 STACK:0 SHARED:0 LOCAL:0\n"
         " Function k:\n  REG:48 STACK:16 SHARED:1024 LOCAL:8 CONSTANT[0]:584\n"
     )
     fields = parse_resource_usage(text, "k")

@@ -80,7 +80,9 @@ def test_compile_error_names_kernel_and_target(rmsnorm_fn):
 
 
 def test_untyped_argument_is_named(rmsnorm_fn):
-    ref = KernelRef(name="k", fn=rmsnorm_fn, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK_N": 64})
+    ref = KernelRef(
+        name="k", fn=rmsnorm_fn, signature={"x_ptr": "*fp32"}, constexprs={"BLOCK_N": 64}
+    )
     h100 = hwmodels.get("h100")
     with pytest.raises(CompileError, match="w_ptr, y_ptr, stride_xm"):
         targets.for_device(h100).compile(ref, LaunchConfig(), h100)
@@ -91,7 +93,8 @@ def test_registry():
     assert targets.for_device(hwmodels.get("b200")).name == "triton-cuda"
     assert targets.for_device(hwmodels.get("mi355x")).name == "triton-hip"
     assert targets.for_device(hwmodels.get("m4")).name == "metal"
-    with pytest.raises(targets.UnknownTargetError, match="available: metal, triton-cuda, triton-hip"):
+    with pytest.raises(targets.UnknownTargetError,
+                       match="available: metal, triton-cuda, triton-hip"):
         targets.get_backend("cuda-c")
     assert targets.occupancy.compute is not None  # importable as targets.occupancy
 
@@ -108,13 +111,15 @@ def test_load_kernel_restores_env_and_is_compilable(monkeypatch):
 def test_load_kernel_errors_name_the_file(tmp_path):
     with pytest.raises(targets.KernelLoadError, match="no kernel 'nope'.*_rmsnorm_fwd_kernel"):
         targets.load_kernel(RMSNORM, "nope")
-    with pytest.raises(targets.KernelLoadError, match="'rmsnorm_forward' is a function, not a @triton.jit"):
+    with pytest.raises(targets.KernelLoadError,
+                       match="'rmsnorm_forward' is a function, not a @triton.jit"):
         targets.load_kernel(RMSNORM, "rmsnorm_forward")
     with pytest.raises(targets.KernelLoadError, match="missing.py: no such file"):
         targets.load_kernel(tmp_path / "missing.py", "k")
     broken = tmp_path / "broken.py"
     broken.write_text("raise RuntimeError('boom')\n")
-    with pytest.raises(targets.KernelLoadError, match="broken.py: import failed: RuntimeError: boom"):
+    with pytest.raises(targets.KernelLoadError,
+                       match="broken.py: import failed: RuntimeError: boom"):
         targets.load_kernel(broken, "k")
 
 

@@ -117,12 +117,18 @@ def child_calls(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[dict]:
     return calls
 
 
+def _silu_mul_ref(path: Path, block: int) -> targets.KernelRef:
+    """silu_mul_kernel of the file at `path`, with BLOCK=`block`."""
+    fn = targets.load_kernel(path, "silu_mul_kernel")
+    return targets.kernel_ref_for(fn, constexprs={"BLOCK": block})
+
+
 def test_child_results_are_cached_by_file_content(tmp_path: Path, child_calls: list[dict]) -> None:
     path = tmp_path / "kern_cache.py"
     path.write_text(KERNEL)
     hw = hwmodels.get("h100")
     backend = targets.for_device(hw)
-    ref = targets.kernel_ref_for(targets.load_kernel(path, "silu_mul_kernel"), constexprs={"BLOCK": 256})
+    ref = _silu_mul_ref(path, 256)
     first = backend.compile(ref, targets.LaunchConfig(num_warps=4), hw)
     again = backend.compile(ref, targets.LaunchConfig(num_warps=4), hw)
     assert len(child_calls) == 1
@@ -132,31 +138,36 @@ def test_child_results_are_cached_by_file_content(tmp_path: Path, child_calls: l
     assert len(child_calls) == 2
     # Same kernel text, different file bytes (a comment): the key follows the file, so recompile.
     path.write_text(KERNEL + "\n# edited\n")
-    ref2 = targets.kernel_ref_for(targets.load_kernel(path, "silu_mul_kernel"), constexprs={"BLOCK": 256})
+    ref2 = _silu_mul_ref(path, 256)
     backend.compile(ref2, targets.LaunchConfig(num_warps=4), hw)
     assert len(child_calls) == 3
 
 
-def test_child_compile_error_names_kernel_target_and_cause(tmp_path: Path, child_calls: list[dict]) -> None:
+def test_child_compile_error_names_kernel_target_and_cause(
+    tmp_path: Path, child_calls: list[dict]
+) -> None:
     path = tmp_path / "kern_bad.py"
     path.write_text(KERNEL)
     hw = hwmodels.get("mi300x")
     # tl.arange needs a power-of-two range: 100 is rejected by the compiler, not by us.
-    ref = targets.kernel_ref_for(targets.load_kernel(path, "silu_mul_kernel"), constexprs={"BLOCK": 100})
+    ref = _silu_mul_ref(path, 100)
     with pytest.raises(targets.CompileError,
-                       match=r"Triton failed to compile silu_mul_kernel for mi300x \(triton-hip gfx942\): "
-                             r"CompilationError: .*power of 2"):
+                       match=r"Triton failed to compile silu_mul_kernel for mi300x "
+                             r"\(triton-hip gfx942\): CompilationError: .*power of 2"):
         targets.for_device(hw).compile(ref, targets.LaunchConfig(num_warps=4), hw)
     assert len(child_calls) == 1
 
 
-def test_changed_file_is_refused_not_silently_compiled(tmp_path: Path, child_calls: list[dict]) -> None:
+def test_changed_file_is_refused_not_silently_compiled(
+    tmp_path: Path, child_calls: list[dict]
+) -> None:
     path = tmp_path / "kern_changed.py"
     path.write_text(KERNEL)
-    ref = targets.kernel_ref_for(targets.load_kernel(path, "silu_mul_kernel"), constexprs={"BLOCK": 256})
+    ref = _silu_mul_ref(path, 256)
     path.write_text(KERNEL.replace("a * tl.sigmoid(a) * b", "a * b"))
     hw = hwmodels.get("h100")
-    with pytest.raises(targets.CompileError, match="kern_changed.py changed since silu_mul_kernel was loaded"):
+    with pytest.raises(targets.CompileError,
+                       match="kern_changed.py changed since silu_mul_kernel was loaded"):
         targets.for_device(hw).compile(ref, targets.LaunchConfig(num_warps=4), hw)
 
 
@@ -172,7 +183,7 @@ def test_dead_child_is_replaced(tmp_path: Path, child_calls: list[dict]) -> None
     path.write_text(KERNEL)
     hw = hwmodels.get("h100")
     backend = targets.for_device(hw)
-    ref = targets.kernel_ref_for(targets.load_kernel(path, "silu_mul_kernel"), constexprs={"BLOCK": 512})
+    ref = _silu_mul_ref(path, 512)
     backend.compile(ref, targets.LaunchConfig(num_warps=4), hw)
     worker = isolated._WORKER.proc
     assert worker is not None and worker.poll() is None  # one child kept for the next compile
