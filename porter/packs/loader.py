@@ -297,12 +297,14 @@ def derive_config(module: ModuleType, hw: Any,
 
 def _form(config: dict[str, Any] | None) -> str | None:
     """The kernel form a config runs (None: no strategy recorded): one block holding the row
-    (single_pass, persistent, two_block), a loop over chunks of it (looped), or another
-    strategy by its name. One form's speed says little about another's: a looped softmax reads
-    each row twice."""
+    ("one-block": single_pass, persistent, two_block), the row read in chunks ("looped":
+    looped, looped_l2, split_row), or another strategy by its name. One form's speed says
+    little about another's: a looped softmax reads each row twice."""
     strategy = (config or {}).get("strategy")
     if strategy in ("single_pass", "persistent", "two_block"):
         return "one-block"
+    if strategy in ("looped", "looped_l2", "split_row"):
+        return "looped"
     return strategy
 
 

@@ -179,6 +179,17 @@ def test_a_form_never_timed_runs_the_reference(tmp_path: Path) -> None:
     assert "needs the looped form" in c.reference_why
 
 
+def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
+    """A vocabulary-width bucket timed with another chunked strategy (looped_l2) is evidence for
+    the looped kernel the rule picks at an unported vocabulary width."""
+    wide = {"strategy": "looped_l2", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
+            "num_stages": 1, "dtype": "bf16"}
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131072": (wide, 1.5)}), device="h100")
+    c = op.choose(*_x(1024, 151936))  # bucket 1024x163840
+    assert c.config["strategy"] == "looped" and c.runs_kernel
+    assert "1024x131072 ran 1.50x eager" in c.evidence and "4096x8192" not in c.evidence
+
+
 def test_no_timed_bucket_means_no_estimate_and_the_kernel_runs(tmp_path: Path) -> None:
     buckets = {b: (cfg, None) for b, (cfg, _) in TWO_WIDTHS.items()}
     op = load_pack(_pack(tmp_path, buckets, tier="interpreted"), device="h100")
