@@ -26,7 +26,10 @@ checkout: only the files are read, never git).
    repetition, median of ``--reps``).
 
 One subprocess per file with a wall-clock limit (``--timeout``; the child's whole process group
-is killed): a crash or a hang costs one row, never the run. One JSON line per file is appended to
+is killed): a crash or a hang costs one row, never the run. ``--gpu-jobs`` children run at once,
+but only one uses the GPU at a time: each does its CPU-only start (imports, loading the file,
+building its model on the CPU) and then waits for ``DIR/.gpu.lock`` (an flock, released when
+the child ends however it ends) before it ports and times, so no timing ever shares the GPU. One JSON line per file is appended to
 ``DIR/results.jsonl`` as soon as it is known; a rerun skips the files already there, so a run cut
 off (``--time-budget-s``: no new file starts after that many seconds; or a lost machine)
 continues where it stopped. The defaults are sized for about eight minutes of an H100 for
@@ -55,6 +58,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -68,17 +72,20 @@ REPO = Path(__file__).resolve().parents[1]
 # The budget. A covered file is one shape x one dtype (one unit of the port). Estimate of one
 # file on an H100 (torch 2.11, triton 3.6), from porter/budget.py's measurements (a candidate
 # costs about a second on the device: cross-compile, first launch, smoke check at the real size,
-# timing; softmax's 3 units in 15 s at 8 candidates) and the suite's: ~4 s to start a process
-# and import torch/triton, ~2 s to load the file and build the generated op, 4 candidates ~4 s,
-# the winner's five-stage check ~2 s, torch.compile's first call ~4-8 s (Inductor, cold cache),
-# the interleaved timing ~1-2 s: about 15-20 s a file, more for files of several GB (their
-# inputs are drawn and checked at full size: the 6.4 GB softmax's fp64 reference alone is
-# 12.8 GB). About 60 covered level-1+2 files is then 15-20 minutes: more than one command on
-# the device may run (10 minutes), so the run stops starting files after DEFAULT_TIME_BUDGET_S
-# and the same command continues it (the coverage is decided once, in parallel on the CPU
-# cores, ~1-2 minutes on 16 cores, and reused).
+# timing; softmax's 3 units in 15 s at 8 candidates) and the suite's: ~4 s to start a process,
+# import torch/triton and load the file (overlapped with the previous file's GPU work, see
+# --gpu-jobs), then on the GPU ~2 s to trace the reference and build the generated op, 4
+# candidates ~4-5 s, the winner's five-stage check and its time beside eager ~2 s,
+# torch.compile's first call ~3-6 s (Inductor, cold cache) and the interleaved timing ~1-2 s:
+# about 12-15 s of GPU per file, more for the files of 6-8 GiB (their inputs are drawn and
+# checked at full size, against a float64 reference twice their size). About 60 covered
+# level-1+2 files is then 12-15 minutes: more than one command on the device may run (10
+# minutes), so the run starts no file after DEFAULT_TIME_BUDGET_S (~8 minutes: about 35-40
+# files) and the same command continues it. Coverage is decided once, in parallel on the CPU
+# cores (~1-2 minutes on 16 cores), and reused.
 DEFAULT_MAX_VARIANTS = 4
 DEFAULT_TIME_BUDGET_S = 480.0
+DEFAULT_GPU_JOBS = 2  # the next file's CPU-only start overlaps this one's GPU work
 DEFAULT_REPS = 30
 DEFAULT_TIMEOUT_S = 300.0
 LEVELS = ("1", "2")
@@ -146,6 +153,10 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     row["dtype"] = str(dtype).replace("torch.", "")
     row["bytes"], row["flops"] = costs(spec, shape, dtype)
 
+    # The file's own Model, with the weights the pack's inputs carry (same seed, same order),
+    # built on the CPU before the GPU is taken.
+    model = copy.deepcopy(kb.model(shape)).eval()
+    row["gpu_wait_s"] = gpu_lock(out)
     level = f"level{row['level']}"
     t0 = time.perf_counter()
     try:
@@ -187,8 +198,7 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     else:
         row["pack_runs"] = "no pack (no kernel passed)"
     del probe
-    # The file's own Model, with the weights the pack's inputs carry (same seed, same order).
-    model = copy.deepcopy(kb.model(shape)).to(dev).eval()
+    model = model.to(dev)
     compiled = torch.compile(model)
     providers["eager"] = lambda *a: model(*a[:n_in])
     providers["compile"] = lambda *a: compiled(*a[:n_in])
@@ -212,6 +222,22 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     row["verdict"] = "timed" if "pack" in row["ms"] else (
         "no kernel" if result.pack_path is None else "pack failed")
     return row
+
+
+_LOCK: Any = None  # the open lock file: held until the process ends
+
+
+def gpu_lock(out: Path) -> float:
+    """Wait until no other child uses the GPU, then hold it until this process ends; the
+    seconds waited."""
+    import fcntl
+
+    global _LOCK
+    start = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    _LOCK = (out / ".gpu.lock").open("a")
+    fcntl.flock(_LOCK.fileno(), fcntl.LOCK_EX)
+    return round(time.monotonic() - start, 1)
 
 
 def local_gpu() -> tuple[Any, str]:
@@ -404,7 +430,9 @@ def measure(path: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
             "--reps", str(args.reps)]
     row: dict[str, Any] | None = None
     for attempt in (1, 2):
-        rc, so, tail = run_child(argv, args.timeout, child_env(gpu=True),
+        # the limit counts a wait for the GPU behind the other files in flight
+        limit = args.timeout * max(1, args.gpu_jobs)
+        rc, so, tail = run_child(argv, limit, child_env(gpu=True),
                                  out / "logs" / f"{path.parent.name}_{path.stem}.{attempt}.log")
         row = last_json(so) if rc == 0 else None
         if row is not None:
@@ -415,7 +443,7 @@ def measure(path: Path, out: Path, args: argparse.Namespace) -> dict[str, Any]:
             print(f"   {path.name}: a candidate hung ({one_line(tail)}); resuming the port once",
                   file=sys.stderr, flush=True)
             continue
-        why = (f"no result within {args.timeout:.0f} s" if rc is None
+        why = (f"no result within {limit:.0f} s" if rc is None
                else f"exit {rc}: {one_line(tail)}")
         row = {"file": path.name, "level": level_of(path), "kind": kb_family(path),
                "verdict": "timeout" if rc is None else "crash", "reason": why}
@@ -584,6 +612,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                     help="a coverage.jsonl from an earlier --list, to reuse instead of deciding again")
     ap.add_argument("--jobs", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                     help="coverage checks at once (CPU; default: cores - 2, at most 12)")
+    ap.add_argument("--gpu-jobs", type=int, default=DEFAULT_GPU_JOBS,
+                    help="files in flight at once; one at a time on the GPU (default "
+                         f"{DEFAULT_GPU_JOBS})")
     ap.add_argument("--max-variants", type=int, default=DEFAULT_MAX_VARIANTS,
                     help=f"port candidates per file (default {DEFAULT_MAX_VARIANTS})")
     ap.add_argument("--time-budget-s", type=float, default=DEFAULT_TIME_BUDGET_S,
@@ -644,23 +675,33 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{len(covered)} covered files, {len(covered) - len(todo)} already in {results}, "
           f"{len(todo)} to run", file=sys.stderr, flush=True)
     write_reports(out, rows, cover, meta)
-    for i, f in enumerate(todo, 1):
-        if time.monotonic() - t0 > args.time_budget_s:
-            print(f"stopping after {time.monotonic() - t0:.0f} s (--time-budget-s): "
-                  f"{len(todo) - i + 1} files left; the same command continues them",
-                  file=sys.stderr, flush=True)
-            break
+    lock = threading.Lock()
+    started = iter(range(1, len(todo) + 1))
+
+    def one(f: Path) -> None:
+        with lock:
+            i = next(started)
+            if time.monotonic() - t0 > args.time_budget_s:
+                print(f"[{i}/{len(todo)}] {key_of(f)}: not started (--time-budget-s "
+                      f"{args.time_budget_s:g} s spent); the same command runs it",
+                      file=sys.stderr, flush=True)
+                return
         print(f"[{i}/{len(todo)}] {key_of(f)}", file=sys.stderr, flush=True)
         row = measure(f, out, args)
-        append_jsonl(results, row)
-        rows[row["key"]] = row
-        write_reports(out, rows, cover, meta)
         sp = row.get("speedup", {})
+        with lock:
+            append_jsonl(results, row)
+            rows[row["key"]] = row
+            write_reports(out, rows, cover, meta)
         print(f"[{i}/{len(todo)}] {key_of(f)}: {row.get('verdict')} tier {row.get('tier', '-')}, "
               f"x eager {_f((sp.get('eager') or [None])[0], '.2f')}, x compile "
-              f"{_f((sp.get('compile') or [None])[0], '.2f')} ({row['seconds']:.0f} s)"
+              f"{_f((sp.get('compile') or [None])[0], '.2f')} ({row['seconds']:.0f} s, "
+              f"{row.get('gpu_wait_s', 0):.0f} s waiting for the GPU)"
               + (f": {row.get('reason') or '; '.join(row.get('failures', []))}"[:300]
                  if row.get("verdict") != "timed" else ""), file=sys.stderr, flush=True)
+
+    with ThreadPoolExecutor(max_workers=max(1, args.gpu_jobs)) as pool:
+        list(pool.map(one, todo))
     print(write_reports(out, rows, cover, meta))
     return 0
 
