@@ -2,7 +2,7 @@
 against its other families, torch eager and torch.compile, at the shapes of issue 31.
 
     python -m bench.long_rows --out DIR [--cases ln3_16x64x256x256_fp32,...]
-                              [--per-family 2] [--per-new 6] [--reps 20] [--no-compile]
+                              [--per-family 2] [--per-new 3] [--reps 20] [--no-compile]
 
 Per case: the generated module (compiled, not interpreted) runs up to --per-family configs of
 each existing family the variant space offers at that shape (the launcher's own default config
@@ -15,7 +15,8 @@ table gives ms, GB/s (inputs read once + outputs written once: the ideal traffic
 device's measured copy bandwidth (hwmodels), and speedups over eager and torch.compile. Rows go
 to DIR/long_rows.jsonl after a line naming the device and versions.
 
-Device time: ~2-3 minutes on an H100 with the defaults (most of it compiling).
+Device time: ~3-4 minutes on an H100 with the defaults, most of it compiling (about 100
+kernels) and torch.compile; --cases and --no-compile cut it.
 """
 
 from __future__ import annotations
@@ -118,16 +119,21 @@ def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((g - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from harness.timing import compare
+def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda",
+             interpret: bool = False) -> list[dict[str, Any]]:
+    """The case's rows: each tried config (wrong ones with why), then the final timings.
+    `device` and `interpret` let a test run it on the CPU with a stand-in `compare`."""
+    from harness import timing
     from porter.codegen import generate
     from porter.codegen import load_generated_module
 
     t0 = time.time()
-    op = generate(case.fn, case.small(), name=f"lr_{case.name}")
-    mod = load_generated_module(op.triton_module_source(), f"lr_{case.name}", interpret=False)
-    dev = torch.device("cuda")
-    inputs = case.inputs(dev)
+    # one module per op (its kernels are typed at launch): a config compiled for one case is
+    # reused by the next case of the same op where dtypes and specializations agree
+    name = f"lr_{case.fn.__name__}"
+    op = generate(case.fn, case.small(), name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=interpret)
+    inputs = case.inputs(torch.device(device))
     space = op.variant_space(hw, inputs, case.dtype)
     default = op.default_config(hw, inputs, case.dtype)
     chosen = pick(space, default, args.per_family, args.per_new)
@@ -141,7 +147,8 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
             key = f"{fam}#{i}"
             try:
                 got = mod.launch(*inputs, config=cfg)
-                torch.cuda.synchronize()
+                if device == "cuda":
+                    torch.cuda.synchronize()
                 err = max_rel_err(got[:CHECK_ROWS], want)
                 del got
             except Exception as exc:  # noqa: BLE001 - a config that fails is a result
@@ -157,23 +164,23 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
     if not good:
         return rows
     make_args = lambda: inputs  # noqa: E731 - one set: every case's input is far over L2
-    screen = compare(good, make_args, hw=hw, reps=args.screen_reps, warmup=1, graph=False)
+    screen = timing.compare(good, make_args, hw=hw, reps=args.screen_reps, warmup=1, graph=False)
     best: dict[str, str] = {}
-    for key, timing in screen.timings.items():
+    for key, t in screen.timings.items():
         fam = key.split("#")[0]
-        if fam not in best or timing.median_ms < screen.timings[best[fam]].median_ms:
+        if fam not in best or t.median_ms < screen.timings[best[fam]].median_ms:
             best[fam] = key
     final: dict[str, Callable[..., Any]] = {fam: good[key] for fam, key in best.items()}
     final["eager"] = case.fn
     if not args.no_compile:
         compiled = torch.compile(case.fn, dynamic=False)
         final["torch.compile"] = compiled
-    cmp = compare(final, make_args, hw=hw, reps=args.reps, warmup=2, graph=False)
+    cmp = timing.compare(final, make_args, hw=hw, reps=args.reps, warmup=2, graph=False)
     nbytes = sum(t.numel() * t.element_size() for t in inputs) + \
         inputs[0].numel() * inputs[0].element_size()  # one full-size output
     copy = hw.measured_value("copy_bandwidth_gbps") or hw.peak_bandwidth_gbps
-    for name, timing in cmp.timings.items():
-        ms = timing.median_ms
+    for name, t in cmp.timings.items():
+        ms = t.median_ms
         gbps = nbytes / ms / 1e6
         row = {"case": case.name, "provider": name, "final": True, "ms": ms, "gbps": gbps,
                "pct_copy": 100 * gbps / copy,
@@ -214,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(c.name for c in cases))
     ap.add_argument("--per-family", type=int, default=2,
                     help="configs tried per existing family (the default among them)")
-    ap.add_argument("--per-new", type=int, default=6,
+    ap.add_argument("--per-new", type=int, default=3,
                     help="configs tried per long-row family (split_row, looped_l2)")
     ap.add_argument("--screen-reps", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)

@@ -101,7 +101,7 @@ def rowwise_full_blocks(strategy, n_rows, n_cols, config):
     """
     if n_rows % config.get("ROWS", 1):
         return False
-    if strategy == "looped":
+    if strategy in ("looped", "looped_l2", "split_row"):  # loops over BLOCK_N-wide blocks
         return n_cols % config["BLOCK_N"] == 0
     tail = config.get("BLOCK_TAIL", 0) if strategy == "two_block" else 0
     return n_cols == config["BLOCK_N"] + tail
@@ -177,3 +177,49 @@ def matmul_default(m, n, k, elem_bytes, tma=False):
     bk = max(16, min(bk, _next_pow2(k)))
     return {"strategy": "tiled", "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "GROUP_M": 8,
             "num_warps": warps, "num_stages": stages}
+
+
+def columns_default(n_outer, n_inner, n_cols, elem_bytes, sms=132, warp_size=32,
+                    max_threads=1024):
+    """Config for the column kernel (a reduced dim that is not the last; porter/codegen/rowwise/
+    columns.py): BLOCK_I positions of the last dim per program, BLOCK_R steps of the reduced
+    dim per loop step; None where the last dim holds less than one 32-byte sector (nothing to
+    coalesce: the row kernels' config then).
+
+    Not yet tuned on a device (bench/column_reductions.py measures it). The rules: 4 warps; a
+    block of 256 positions of 4-byte elements (512 of 2-byte ones), 1 KB contiguous per step,
+    so that each warp's 16-byte loads cover whole 128-byte lines; about 16 values per thread
+    and step (BLOCK_R = 16 x threads / BLOCK_I), the loads a thread keeps in flight; narrower
+    blocks (more programs) while the grid would give fewer than 8 programs per SM (`sms`),
+    down to 256 bytes (two 128-byte lines), so that every SM has loads in flight; and fewer
+    warps where the tile holds less than one 16-byte load per thread.
+    """
+    if n_inner * elem_bytes < 32:
+        return None
+    vec = max(1, 16 // elem_bytes)
+    warps = max(1, min(4, max_threads // warp_size))
+    threads = warps * warp_size
+    block_i = min(_next_pow2(max(n_inner, 1)), 1024 // elem_bytes)
+    while block_i > 256 // elem_bytes and n_outer * -(-n_inner // block_i) < 8 * sms:
+        block_i //= 2
+    block_r = min(_next_pow2(max(n_cols, 1)), max(1, 16 * threads // block_i))
+    while warps > 1 and block_i * block_r < threads * vec:
+        warps //= 2
+        threads = warps * warp_size
+    return {"strategy": "columns", "BLOCK_I": block_i, "BLOCK_R": block_r, "num_warps": warps,
+            "num_stages": 1}
+
+
+def columns_full_blocks(n_inner, n_cols, config):
+    """Whether a column config masks no lane: BLOCK_I divides the last dim and BLOCK_R the
+    reduced dim (the kernel's EVEN, as `rowwise_full_blocks` is the other kernels')."""
+    return n_inner % config["BLOCK_I"] == 0 and n_cols % config["BLOCK_R"] == 0
+
+
+def split_chunks(n_cols, split, block_n):
+    """(columns per chunk, chunks per row) of a split row (strategy split_row): about
+    n_cols / split columns a chunk, rounded up to a multiple of block_n (the kernels' loop
+    step), so at most `split` chunks; a chunk never starts past the row's end."""
+    n = max(n_cols, 1)
+    chunk = -(-(-(-n // split)) // block_n) * block_n
+    return chunk, -(-n // chunk)

@@ -4,9 +4,10 @@ Metal backend has its own space (`porter.codegen.metal.variant_space`).
 
 - split_row (`rowwise/split_row.py`): each row in SPLIT chunks or fewer, one program each, a
   partials kernel then an apply kernel. Offered where the rows alone fill fewer than
-  FILL_WAVES programs per SM (16 rows of 4,194,304 elements: 16 programs for 132 SMs) and a
-  row is long enough for MIN_SPLIT_COLS chunks of the largest block, and where the op's graph
-  fits (`split_row.why_not`). Knobs: GROUP_ROWS, the rows of one partials-and-apply launch
+  FILL_WAVES programs per SM (16 rows of 4,194,304 elements: 16 programs for 132 SMs), or
+  where rows are so wide that fewer than one per SM fit in half the L2 (4096 x 393216 fp32:
+  16 rows; the L2-capped looped grid would leave SMs idle; then in groups of those rows only),
+  for rows of MIN_SPLIT_COLS+ columns, and where the op's graph fits (`split_row.why_not`). Knobs: GROUP_ROWS, the rows of one partials-and-apply launch
   pair, so that a group's rows fit in half the L2 and the apply kernel re-reads them from it
   (absent: all rows in one pair); SPLIT, so that a launch's rows x SPLIT is 2, 4 or 8
   programs per SM (the SM count from the hardware model), at most MAX_SPLIT; BLOCK_N and
@@ -65,8 +66,9 @@ def not_offered(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
     sms = int(hw.compute_units.value)
     if op.plan is None or not op._mm.get("split_row"):
         out["split_row"] = op._mm.get("split_why_not") or "not a row-wise op"
-    elif n_rows >= FILL_WAVES * sms:
-        out["split_row"] = f"{n_rows} rows give {FILL_WAVES}+ programs per SM of {sms}"
+    elif n_rows >= FILL_WAVES * sms and l2_rows(hw, n_cols * elem_bytes) >= sms:
+        out["split_row"] = (f"{n_rows} rows give {FILL_WAVES}+ programs per SM of {sms}, and "
+                            "the L2-capped looped grid fills every SM")
     elif n_cols < MIN_SPLIT_COLS:
         out["split_row"] = f"rows of {n_cols} < {MIN_SPLIT_COLS} columns: one program holds one"
     row_bytes = n_cols * elem_bytes
@@ -79,6 +81,12 @@ def not_offered(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
     elif n_rows * row_bytes <= hw.llc_bytes // 2:
         out["looped_l2"] = "all rows fit in half the L2 already"
     return out
+
+
+def l2_rows(hw: HardwareModel, row_bytes: int) -> int:
+    """Rows that fit in half of `hw`'s L2 (at least one): a split row's launch group, and
+    about the L2-capped looped kernel's grid."""
+    return max(1, (hw.llc_bytes // 2) // max(1, row_bytes))
 
 
 def configs(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int, elem_bytes: int,
@@ -105,9 +113,11 @@ def _values_per_thread_ok(block: int, warps: int, warp: int) -> bool:
 def _split_row(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
                elem_bytes: int, warps_ok: list[int]) -> list[dict[str, Any]]:
     sms, warp = int(hw.compute_units.value), hw.warp_size
-    # rows per launch pair: all, or as many as fill half the L2 (at least one)
-    group = max(1, (hw.llc_bytes // 2) // max(1, n_cols * elem_bytes))
-    groups = [None] + ([group] if group < n_rows else [])
+    # rows per launch pair: all, or as many as fill half the L2; only the latter where the
+    # rows alone fill the device (then the groups keep the apply kernel's re-reads in L2)
+    group = l2_rows(hw, n_cols * elem_bytes)
+    groups = [None] if group >= n_rows else [group] if n_rows >= FILL_WAVES * sms \
+        else [None, group]
     out = []
     for g, block, w in itertools.product(groups, SPLIT_BLOCKS, warps_ok):
         if not _values_per_thread_ok(block, w, warp):

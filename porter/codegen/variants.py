@@ -23,11 +23,19 @@ Pruning rules (each names the limit it enforces):
 - VAR1: configs of a kernel with a mean and a variance (layernorm) come also with both from
   one reduction of shifted sums (looped: one pass, the sums kept per thread); faster at width
   32768, slower at 4096-5120 on the H200 (bench/NOTES.md items 36-37, 40).
+- split_row and looped_l2 (long rows: too few rows to fill the device, or rows whose second
+  read should hit L2): offered, with their knobs, by `long_rows.configs` (Triton backends).
 - looped configs have one stage: at num_stages 2 their plain range loops compile to the same
   kernel (bench/NOTES.md item 39).
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
 - shared memory: matmul stages*(BM*BK + BK*BN)*bytes <= shared memory per block (64 KB LDS on
   MI300X, 32 KB threadgroup memory on Apple).
+- columns: where the reduced dim is not the last (the op has a column kernel) and the backend
+  runs Triton source (its capabilities' language; the Metal generator has none), BLOCK_I
+  positions of the last dim (32 up to its next power of two) x BLOCK_R steps of the reduced dim
+  (up to its next power of two) x warps, with every thread holding at least one 16-byte load
+  of the tile and at most a quarter of the device's registers per thread in tile values (the
+  per-position accumulators and the loaded tile, a few live copies each).
 - AMD-only knobs (waves_per_eu, matrix_instr_nonkdim) appear only for the triton-hip backend.
 - TMA: "tma_persistent" matmul configs (host TMA descriptors, a persistent grid) are offered
   only when hw.has("tma") (h100, h200, b200; never a100 or AMD), on the triton-cuda backend, for
@@ -50,9 +58,11 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 
+import sympy
 import torch
 
 from porter.codegen import heuristics
+from porter.codegen import long_rows
 from targets.dtypes import dtype_name
 
 if TYPE_CHECKING:
@@ -62,6 +72,12 @@ if TYPE_CHECKING:
 # The device whose limits size a config when none is named (`default_config(None, ...)`): its
 # numbers come from its hardware model like any other device's.
 REFERENCE_DEVICE = "h100"
+
+
+def _reference() -> HardwareModel:
+    import hwmodels
+
+    return hwmodels.get(REFERENCE_DEVICE)
 
 
 def _limits(hw: HardwareModel | None) -> tuple[int, int, int, str]:
@@ -110,6 +126,48 @@ def warp_specialization_builds(hw: HardwareModel) -> bool:
     return version == (3, 6) and hw.build.backend == "triton-cuda" and hw.build.arch == "90"
 
 
+def columns_offered(op: GeneratedOp, hw: HardwareModel | None) -> bool:
+    """Whether the column kernel is offered: the op has one (its reduced dim is not the last)
+    and `hw`'s backend runs Triton source (REFERENCE_DEVICE's when None)."""
+    if not op._mm.get("columns"):
+        return False
+    import targets
+
+    return targets.for_device(hw or _reference()).capabilities().language == "triton"
+
+
+def _column_sizes(op: GeneratedOp, inputs: Sequence[Any]) -> tuple[int, int, int]:
+    """(outer, inner, reduced): the column kernel's index over the row dims but the last, the
+    last dim's length and the reduced dim's."""
+    assert op.plan is not None
+    sizes = op.problem_sizes(inputs)
+    inner = int(sympy.sympify(op.plan.space[-1]).subs(op._subs(inputs)))
+    return sizes["n_rows"] // max(inner, 1), inner, sizes["n_cols"]
+
+
+def _column_configs(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any], eb: int,
+                    warp: int, warps_ok: list[int]) -> list[dict[str, Any]]:
+    """The column kernel's configs (see the module docstring's `columns` rule)."""
+    _, inner, n_cols = _column_sizes(op, inputs)
+    vec = max(1, 16 // eb)
+    budget = int(hw.limits.max_registers_per_thread.value) // 4
+    out = []
+    last = heuristics._next_pow2(max(inner, 1))
+    for block_i in (8, 16, 32, 64, 128, 256, 512, 1024):
+        if block_i > max(last, 8) or block_i < min(last, 32):
+            continue  # past the last dim, or narrower than a warp where it is wider
+        for block_r in (1, 2, 4, 8, 16, 32):
+            if block_r > heuristics._next_pow2(max(n_cols, 1)):
+                continue
+            for w in warps_ok:
+                per_thread = block_i * block_r / (w * warp)
+                if w > 8 or per_thread < vec or per_thread > budget:
+                    continue
+                out.append({"strategy": "columns", "BLOCK_I": block_i, "BLOCK_R": block_r,
+                            "num_warps": w, "num_stages": 1})
+    return out
+
+
 def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],
                    dtype: torch.dtype | None) -> dict[str, Any]:
     """The generated launcher's own choice for these inputs, plus the I/O dtype."""
@@ -123,6 +181,12 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
         tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
         while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
+    elif op.plan is not None and columns_offered(op, hw) and heuristics.columns_default(
+            *_column_sizes(op, inputs), eb, warp_size=warp) is not None:
+        # the launcher's own rule (None where the last dim is shorter than a warp), with the
+        # device's SMs
+        sms = int((hw or _reference()).compute_units.value)
+        cfg = heuristics.columns_default(*_column_sizes(op, inputs), eb, sms, warp, max_threads)
     elif op.plan is not None:
         cfg = heuristics.rowwise_default(sizes["n_rows"], sizes["n_cols"], eb,
                                          op._mm.get("last_dim", True), warp, max_threads,
@@ -238,10 +302,14 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                 out.append({"strategy": "two_block", "ROWS": rows,
                                             "BLOCK_N": head, "BLOCK_TAIL": tail,
                                             "num_warps": w, "num_stages": 1})
+        if columns_offered(op, hw):
+            out += _column_configs(op, hw, inputs, eb, warp, warps_ok)
         if op._mm.get("one_round_variance"):
             # each config also with its mean and variance from one reduction (the looped
             # kernel: one pass of shifted sums per thread)
             out = [v for c in out for v in (c, {**c, "VAR1": True})]
+        # the split row and the L2-resident looped kernel, where they apply (long_rows.py)
+        out += long_rows.configs(op, hw, sizes["n_rows"], n_cols, eb, warps_ok)
     else:
         for block in (256, 512, 1024, 2048, 4096, 8192):
             for w in warps_ok:

@@ -7,7 +7,12 @@ loop); `build` emits what goes inside, one body per kernel:
 
 - `one_block`: the single pass (the whole row in registers), its persistent form and the
   two-block single pass (head and tail blocks for a row that is not a power of two wide);
-- `looped`: a loop over the row's chunks per reduction, for rows longer than on-chip storage;
+- `looped`: a loop over the row's chunks per reduction, for rows longer than on-chip storage
+  (also the body of the L2-resident looped kernel, which walks rows in a capped grid);
+- `split_row`: a row split into chunks over several programs (partials, then apply), for
+  grids with too few rows to fill the device;
+- `columns`: the looped body turned around for a reduced dim that is not the last (a program
+  takes consecutive positions of the last dim, contiguous in memory, and walks the reduced dim);
 - `post`: the fold of per-row values into scalar outputs (cross-entropy's mean);
 - `variance`: layernorm's mean and variance (the VAR1 knob) in the one-block kernels;
 - `rowgen`: the state they share (`RowGen`) and the loads' identity fills, block reductions
@@ -35,6 +40,8 @@ from porter.codegen.rowwise.analysis import row_coords
 from porter.codegen.rowwise.analysis import size_exprs
 from porter.codegen.rowwise.analysis import ssq_pairs
 from porter.codegen.rowwise.analysis import variance_pairs
+from porter.codegen.rowwise.columns import ColumnBody
+from porter.codegen.rowwise.columns import columns
 from porter.codegen.rowwise.hoist import hoist_reduction_free
 from porter.codegen.rowwise.hoist import loads_before_a_reduction
 from porter.codegen.rowwise.hoist import split_invariant
@@ -45,6 +52,9 @@ from porter.codegen.rowwise.one_block import single_pass
 from porter.codegen.rowwise.one_block import two_block
 from porter.codegen.rowwise.post import fold
 from porter.codegen.rowwise.rowgen import RowGen
+from porter.codegen.rowwise.split_row import SplitBodies
+from porter.codegen.rowwise.split_row import split_row
+from porter.codegen.rowwise.split_row import why_not as split_row_why_not
 
 # The names this module had before it became a package (metal.py reads the first two).
 _row_coords = row_coords
@@ -82,6 +92,11 @@ class RowBodies:
     two_block: list[str] = field(default_factory=list)
     # A mean and variance the one-block kernels compute either way (constexpr VAR1).
     one_round_variance: bool = False
+    # The split-row kernels (None where the op does not fit them, for `split_why_not`).
+    split: SplitBodies | None = None
+    split_why_not: str | None = None
+    # The column kernel, where the reduced dim is not the last (None elsewhere).
+    columns: ColumnBody | None = None
 
 
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
@@ -104,6 +119,11 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     post = fold(rg)
     hoisted = hoist_reduction_free(single)
     moves_a_load = loads_before_a_reduction(hoisted) > loads_before_a_reduction(single)
+    # after the others: an argument only the split kernels used would come after theirs
+    split = split_row(rg)
+    # last: its arguments start from a copy of everything the other bodies registered
+    column = columns(rg)
     return RowBodies(single, looped_body, post, rg.coord_lines, online,
                      hoisted if moves_a_load else None, persistent_pre, persistent_body,
-                     two, one_round_variance=bool(rg.variance))
+                     two, one_round_variance=bool(rg.variance), columns=column, split=split,
+                     split_why_not=split_row_why_not(rg))

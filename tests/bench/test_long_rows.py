@@ -1,0 +1,61 @@
+"""bench/long_rows.py on a CPU: it says it needs a GPU, its cases are issue 31's shapes, and
+one case runs end to end under the interpreter with a stand-in for the GPU timing (so that the
+lead's device time is not spent on a script error)."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import hwmodels
+from bench import long_rows as lr
+from harness.timing import Comparison
+from harness.timing import Timing
+from harness.timing import TimingUnavailable
+
+
+def test_without_a_gpu_it_says_so(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        return  # covered by the run itself
+    with pytest.raises(TimingUnavailable):
+        lr.main(["--out", str(tmp_path), "--cases", "rmsnorm_16x4194304_fp32"])
+
+
+def test_the_cases_are_the_issues_shapes() -> None:
+    names = {c.name: c for c in lr._cases()}
+    assert names["ln3_16x64x256x256_fp32"].shape == (16, 64, 256, 256)
+    assert names["softmax_4096x393216_fp32"].dtype == torch.float32
+    assert {"softmax_4096x50257_bf16", "log_softmax_4096x151936_fp32",
+            "rmsnorm_16x4194304_fp32"} <= set(names)
+
+
+def _fake_compare(providers, make_args, *, hw, reps, warmup, graph):
+    # each provider runs once (its output is not checked here) and gets a made-up time
+    for fn in providers.values():
+        fn(*make_args())
+    t = {name: Timing(1.0 + i, 1.0 + i, 1.0 + i, 1.0 + i, 1, "events",
+                      samples_ms=(1.0 + i,)) for i, name in enumerate(providers)}
+    return Comparison(timings=t, order=tuple(providers))
+
+
+def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
+    import harness.timing
+
+    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    # a 2-row layernorm over 3 dims, on an H100 of 4 SMs (splits of 4 to 16 chunks: few
+    # programs for the interpreter)
+    h100 = hwmodels.get("h100")
+    small = replace(h100, compute_units=replace(h100.compute_units, value=4))
+    case = lr.Case("ln3_small", lr.layernorm3, (2, 2, 4, 2048), torch.float32, 2, 3)
+    args = argparse.Namespace(per_family=1, per_new=1, screen_reps=1, reps=1, no_compile=True)
+    rows = lr.run_case(case, small, args, device="cpu", interpret=True)
+    tried = {r["provider"].split("#")[0] for r in rows if "max_rel_err" in r}
+    assert {"split_row", "looped"} <= tried, rows
+    assert not [r for r in rows if "error" in r], rows
+    final = {r["provider"] for r in rows if r.get("final")}
+    assert {"split_row", "eager"} <= final
+    lr.print_table(rows)
