@@ -660,6 +660,27 @@ class PackedOp:
                            "%s: the %s kernel passed the correctness stages under the interpreter "
                            "and compiled for this arch, but was not timed on this device",
                            self.op, choice.target)
+        return self._launch(choice, inputs, out, key)
+
+    def force_kernel(self, *inputs: Any, out: Any = None) -> Any:
+        """Run the kernel `choose()` picks for these inputs even where the reference op would
+        run instead (eager measured or estimated faster there): for benchmarks that check that
+        decision (bench/suite.py --unseen). Not cached; a Metal entry is not run this way.
+
+        Raises:
+            ValueError: no Triton entry fits these inputs (the reference would run as the
+                fallback), with the reason.
+        """
+        choice = self.choose(*inputs)
+        if choice.bucket is None or choice.bucket["file"].endswith(".metal"):
+            raise ValueError(f"{self.op}: no Triton kernel of the pack fits these inputs: "
+                             f"{choice.reason}")
+        return self._launch(choice, inputs, out, None)
+
+    def _launch(self, choice: Choice, inputs: tuple[Any, ...], out: Any,
+                key: tuple[Any, ...] | None) -> Any:
+        """Run choice's kernel; a GPU call's (module, config) is kept under `key`."""
+        assert choice.bucket is not None
         module = self._module(choice.bucket["file"], choice.interpret)
         config = choice.config
         with triton_interpret(True if choice.interpret else None):

@@ -110,9 +110,11 @@ def test_unseen_rows_get_their_own_table_and_targets() -> None:
     spec_rows = [row("softmax", "ported", [16384, 8192], 0.250, pct_measured_peak=85.0,
                      speedup={"compile": [1.6, 1.5, 1.7]}),
                  row("softmax", "copy", [16384, 8192], 0.200, pct_measured_peak=95.0)]
+    forced = row("softmax", "kernel", [4096, 50257], 0.5, unseen=True,
+                 speedup={"eager": [0.8, 0.7, 0.9]})
     rows = (spec_rows + unseen_rows("softmax", [4096, 3000], 0.1, 1.4)
             + unseen_rows("softmax", [4096, 50257], 0.4, 1.0,
-                          runs="reference (pack: eager estimated faster)")
+                          runs="reference (pack: eager estimated faster)") + [forced]
             + unseen_rows("softmax", [1000, 8192], 0.1, 0.8,
                           basis="bucket 4096x8192's: tuned for rows this wide"))
     text = summarize(rows, META)
@@ -121,6 +123,8 @@ def test_unseen_rows_get_their_own_table_and_targets() -> None:
     table = [line for line in unseen_part.splitlines() if line.startswith("| softmax")]
     assert [c.strip() for c in table[0].split("|")][4] == "derived config"
     assert "reference (pack: eager estimated faster)" in table[1]
+    assert [c.strip() for c in table[0].split("|")][12] == "1.4"  # ran the kernel: x eager
+    assert [c.strip() for c in table[1].split("|")][12] == "0.8"  # the estimate held
     cells = [c.strip() for c in table[2].split("|")]
     assert cells[4] == "same-width bucket" and float(cells[9]) == 90.0  # % of copy
     assert "slower than eager (target: none): softmax 1000x8192 bf16: 0.80x (same-width " \

@@ -35,9 +35,13 @@ class FakePack:
              "file": "k.py", "config": {"num_warps": 8}}
         return Choice("h100", b, False, "test", {"num_warps": 4 if not exact else 8},
                       "own" if exact else "derived for this shape by the module's own rule",
-                      evidence="" if exact else "timed neighbours: ...", asked=asked)
+                      evidence="" if exact else "timed neighbours: ...", asked=asked,
+                      reference_why="estimated slower" if x.shape[-1] > 40000 else None)
 
     def __call__(self, *a: Any) -> Any:
+        return a[0]
+
+    def force_kernel(self, *a: Any) -> Any:
         return a[0]
 
 
@@ -110,7 +114,12 @@ def test_unseen_times_spec_rows_then_unseen_rows_of_one_port(
     rows = _rows(out)
     ported = [r for r in rows if r["provider"] == "ported" and r.get("unseen")]
     assert len(ported) == len(suite.unseen_units("softmax"))
-    assert all(r["pack_runs"] == "kernel" and "derived" in r["config_basis"] for r in ported)
+    vocab = [r for r in ported if r["shape"][-1] > 40000]
+    assert len(vocab) == 2 and all(r["pack_runs"].startswith("reference") for r in vocab)
+    assert all(r["pack_runs"] == "kernel" and "derived" in r["config_basis"]
+               for r in ported if r not in vocab)
+    # where the pack ran eager, its kernel is timed beside (the check of the estimate)
+    assert [t[0] for t in timed if "kernel" in t[2]] == suite.VOCAB
     assert "## Shapes no spec lists" in (out / "SUMMARY.md").read_text()
     # run again: everything is there, nothing is ported or timed
     stand_ins["port"].clear()

@@ -257,3 +257,14 @@ def test_manifest_from_before_unseen_shapes_still_loads(tmp_path: Path) -> None:
     w = torch.randn(300)
     want = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w)
     torch.testing.assert_close(cpu(x, w), want, atol=1e-5, rtol=1e-5)
+
+
+def test_force_kernel_runs_the_chosen_kernel_or_says_why_not(tmp_path: Path) -> None:
+    """force_kernel (bench/suite.py --unseen times it where the pack ran eager) runs the same
+    kernel and config as choose() picks; with no kernel for the inputs it raises, naming why."""
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS, cpu_buckets=("8x128", "8x1024")), device="cpu")
+    x = torch.randn(5, 300, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(op.force_kernel(x), torch.softmax(x, dim=-1), atol=1e-5,
+                               rtol=1e-5)
+    with pytest.raises(ValueError, match="no config for fp16"):
+        op.force_kernel(x.half())
