@@ -19,6 +19,7 @@ import torch
 import torch.fx.experimental._config as fx_config
 from torch._decomp import core_aten_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils._sympy.functions import FloorDiv
 
 from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.ir import Graph
@@ -155,6 +156,69 @@ class _Lowering:
                           self.pw("eq", mo, math.inf, like=torch.bool, origin=origin),
                           like=torch.bool, origin=origin)
         return self.pw("where", special, mo, norm, like=s, origin=origin)
+
+    def instance_norm(self, x: Node, w: Any, b: Any, eps: float, origin: str) -> tuple[Any, ...]:
+        """Batch norm with batch statistics and no running ones (_native_batch_norm_legit's
+        no_stats overload) of x of shape (1, C, *S): per channel, the mean and biased variance
+        over S, each channel one row of prod(S) elements (as multi-dim layer norm flattens its
+        row). This is instance norm: PyTorch views its (N, C, *S) input as (1, N * C, *S)
+        first, and that view is looked through, so that the rows are (N, C, prod(S)) of the
+        input itself and the view back to (N, C, *S) is one reshape of them.
+
+        Raises:
+            UnsupportedOpError: a batch of more than one (training batch norm: the reduction
+                over N and S per channel is not one row of the input).
+        """
+        if x.rank < 3 or x.shape[0] != 1:
+            raise UnsupportedOpError(origin, "batch norm with batch statistics over a batch of "
+                                     "more than one (its reduction over N and the spatial dims "
+                                     "of each channel is not one row)")
+        spatial = x.shape[2:]
+        src, lead = x, x.shape[:2]
+        inner = x.args[0] if x.op == "reshape" else None
+        if inner is not None and inner.rank == x.rank and tuple(inner.shape[2:]) == spatial and \
+                sympy.simplify(inner.shape[0] * inner.shape[1] - x.shape[1]) == 0:
+            src, lead = inner, inner.shape[:2]  # instance norm's (N * C) view of (N, C)
+        flat = (*lead, sympy.Mul(*spatial))
+        xf = self.g.add("reshape", (src,), flat, x.dtype, origin)
+        v, mu = self.var(xf, [-1], 0.0, True, origin)
+        rstd = self.pw("rsqrt", self.pw("add", v, eps, like=v), like=v, origin=origin)
+        y = self.pw("mul", self.pw("sub", xf, mu, like=xf), rstd, like=xf, origin=origin)
+        for t, fn in ((w, "mul"), (b, "add")):
+            if t is not None:  # per channel of x: (N * C,) as (N, C, 1)
+                tc = self.g.add("reshape", (t,), (*lead, 1), t.dtype, origin)
+                y = self.pw(fn, y, tc, like=xf, origin=origin)
+        y = self.g.add("reshape", (y,), x.shape, y.dtype, origin, regroup=True)
+        stats = _Uncovered(origin, "batch-norm statistics outputs are not covered")
+        return (y, stats, stats)
+
+    def group_norm(self, x: Node, w: Any, b: Any, groups: int, eps: float,
+                   origin: str) -> tuple[Any, ...]:
+        """Group norm of x of shape (N, C, *S): each of the G groups of C / G channels of a
+        sample is one row of C / G * prod(S) elements (x viewed as (N, G, row)), normalised by
+        its mean and biased variance; the per-channel weight and bias are expanded over S and
+        viewed the same way, so that the affine happens on the rows and the output is one
+        reshape of them (as multi-dim layer norm's)."""
+        if x.rank < 2:
+            raise UnsupportedOpError(origin, "group norm of a tensor of rank < 2")
+        n, c, spatial = x.shape[0], x.shape[1], x.shape[2:]
+        per = FloorDiv(c, groups)  # channels per group (C // G: the launcher can print it)
+        row = per * sympy.Mul(*spatial)
+        xf = self.g.add("reshape", (x,), (n, groups, row), x.dtype, origin)
+        v, mu = self.var(xf, [-1], 0.0, True, origin)
+        rstd = self.pw("rsqrt", self.pw("add", v, eps, like=v), like=v, origin=origin)
+        y = self.pw("mul", self.pw("sub", xf, mu, like=xf), rstd, like=xf, origin=origin)
+        for t, fn in ((w, "mul"), (b, "add")):
+            if t is None:
+                continue
+            # (C,) -> (G, C / G, prod S) -> (G, row): each element's channel
+            tg = self.g.add("reshape", (t,), (groups, per, 1), t.dtype, origin)
+            te = self.g.add("expand", (tg,), (groups, per, sympy.Mul(*spatial)), t.dtype, origin)
+            tr = self.g.add("reshape", (te,), (groups, row), t.dtype, origin)
+            y = self.pw(fn, y, tr, like=xf, origin=origin)
+        y = self.g.add("reshape", (y,), x.shape, y.dtype, origin)
+        stats = _Uncovered(origin, "group-norm statistics outputs are not covered")
+        return (y, stats, stats)
 
     # -- the walk ----------------------------------------------------------------------------
     def run(self, gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> Graph:
@@ -391,6 +455,21 @@ class _Lowering:
                 y = self.pw("add", y, chan(b), like=x, origin=origin)
             return (y, _Uncovered(origin, "batch-norm statistics outputs are not covered"),
                     _Uncovered(origin, "batch-norm statistics outputs are not covered"))
+        if name == "_native_batch_norm_legit" and target._overloadname == "no_stats":
+            return self.instance_norm(x, args[1], args[2], args[5], origin)
+        if name == "repeat":
+            # x tiled: (s0, s1) by (r0, r1) is x viewed as (1, s0, 1, s1), expanded to
+            # (r0, s0, r1, s1) and merged to (r0 * s0, r1 * s1): coordinates only, no copy
+            # (instance norm repeats its per-channel weight over the batch)
+            reps = list(args[1])
+            shape = [sympy.Integer(1)] * (len(reps) - x.rank) + list(x.shape)
+            split = tuple(v for s_ in shape for v in (sympy.Integer(1), s_))
+            tiled = tuple(v for r, s_ in zip(reps, shape, strict=True) for v in (r, s_))
+            y = self.g.add("reshape", (x,), split, x.dtype, origin)
+            y = self.g.add("expand", (y,), tiled, x.dtype, origin)
+            return self.g.add("reshape", (y,), _shape(val), val.dtype, origin)
+        if name == "native_group_norm":
+            return self.group_norm(x, args[1], args[2], args[6], args[7], origin)
         if name == "native_layer_norm":
             norm_shape, w, b, eps = args[1], args[2], args[3], args[4]
             k = len(norm_shape)
@@ -436,6 +515,8 @@ class _Lowering:
                     perm[d0], perm[d1] = perm[d1], perm[d0]
             return self.g.add("permute", (x,), _shape(val), val.dtype, origin, perm=tuple(perm))
         if name in _VIEW:
+            if x.op == "reshape" and x.attrs.get("regroup"):
+                x = x.args[0]  # instance norm's view back to (N, C, ...): one reshape of rows
             return self.g.add("reshape", (x,), _shape(val), val.dtype, origin)
         if name == "slice":
             dim = (args[1] if len(args) > 1 else 0) % x.rank

@@ -1,0 +1,30 @@
+"""bench/column_reductions.py on a CPU: it says it needs a GPU, and its pieces (the row
+kernel's config it compares with, the bytes it counts) are the ones it claims."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+import hwmodels
+from bench import column_reductions as cr
+from porter.codegen import generate
+
+
+def test_without_a_gpu_it_says_so(tmp_path: Path) -> None:
+    if torch.cuda.is_available():
+        return  # covered by the run itself
+    assert cr.main(["--out", str(tmp_path)]) == 2
+
+
+def test_the_row_kernel_is_the_launchers_old_choice_and_bytes_are_ideal() -> None:
+    case = cr.CASES[0]
+    assert case.shape == (112, 64, 512, 512)
+    assert case.bytes_moved() == 2 * 112 * 64 * 512 * 512 * 4
+    assert cr.CASES[1].bytes_moved() == (128 * 4096 * 1024 + 128 * 1024) * 4
+    op = generate(case.fn, case.small(), name="cr_rms")
+    real = (torch.empty(case.shape, device="meta"),)
+    rows = cr.row_kernel_config(op, hwmodels.get("h100"), real)
+    assert rows["strategy"] == "single_pass" and rows["BLOCK_N"] == 64 and rows["ROWS"] > 1
+    assert op.default_config(hwmodels.get("h100"), real)["strategy"] == "columns"
