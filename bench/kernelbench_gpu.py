@@ -29,7 +29,8 @@ One subprocess per file with a wall-clock limit (``--timeout``; the child's whol
 is killed): a crash or a hang costs one row, never the run. ``--gpu-jobs`` children run at once,
 but only one uses the GPU at a time: each does its CPU-only start (imports, loading the file,
 building its model on the CPU) and then waits for ``DIR/.gpu.lock`` (an flock, released when
-the child ends however it ends) before it ports and times, so no timing ever shares the GPU. One JSON line per file is appended to
+the child ends however it ends) before it ports and times, so no timing ever shares the GPU.
+One JSON line per file is appended to
 ``DIR/results.jsonl`` as soon as it is known; a rerun skips the files already there, so a run cut
 off (``--time-budget-s``: no new file starts after that many seconds; or a lost machine)
 continues where it stopped. The defaults are sized for about eight minutes of an H100 for
@@ -160,12 +161,14 @@ def measure_one(path: Path, out: Path, args: argparse.Namespace) -> dict[str, An
     level = f"level{row['level']}"
     t0 = time.perf_counter()
     try:
-        result = port(path, [hw.name], out / "packs" / level, run_dir=out / "runs" / level / path.stem,
+        result = port(path, [hw.name], out / "packs" / level,
+                      run_dir=out / "runs" / level / path.stem,
                       store_path=out / "results.sqlite", max_variants=args.max_variants,
                       replace_pack=True,
                       progress=lambda line: print("   ", line, file=sys.stderr, flush=True))
     except PorterError as exc:
-        row.update(verdict="port failed", reason=one_line(exc), port_s=round(time.perf_counter() - t0, 1))
+        row.update(verdict="port failed", reason=one_line(exc),
+                   port_s=round(time.perf_counter() - t0, 1))
         return row
     row["port_s"] = round(time.perf_counter() - t0, 1)
     tr = result.targets[0]
@@ -347,6 +350,7 @@ def run_child(argv: list[str], timeout: float, env: dict[str, str], log: Path
         proc = subprocess.Popen([sys.executable, "-m", "bench.kernelbench_gpu", *argv], cwd=REPO,
                                 env=env, stdout=subprocess.PIPE, stderr=err, text=True,
                                 start_new_session=True)
+        _CHILDREN.add(proc)
         try:
             out, _ = proc.communicate(timeout=timeout)
             rc: int | None = proc.returncode
@@ -354,9 +358,28 @@ def run_child(argv: list[str], timeout: float, env: dict[str, str], log: Path
             os.killpg(proc.pid, signal.SIGKILL)
             out, _ = proc.communicate()
             rc = None
+        finally:
+            _CHILDREN.discard(proc)
     tail = (log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
             or ["(no output)"])[-1]
     return rc, out, tail
+
+
+_CHILDREN: set[subprocess.Popen[str]] = set()  # children in flight, each in its own group
+_STOP = threading.Event()
+
+
+def _end_children(signum: int, frame: Any) -> None:
+    """The run is stopped (SIGTERM, Ctrl-C): its children go too, with their process groups
+    (they run in sessions of their own, so a signal to the parent alone would leave them
+    holding the GPU). What is in results.jsonl stays; the same command continues."""
+    _STOP.set()  # no new child starts
+    for proc in list(_CHILDREN):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
 
 
 def child_env(gpu: bool) -> dict[str, str]:
@@ -410,7 +433,7 @@ def coverage(files: list[Path], out: Path, jobs: int, timeout: float,
                                  out / "logs" / "coverage" / f"{f.parent.name}_{f.stem}.log")
         row = last_json(so) if rc == 0 else None
         if row is None:
-            why = "no answer within {:.0f} s".format(timeout) if rc is None else f"exit {rc}: {tail}"
+            why = f"no answer within {timeout:.0f} s" if rc is None else f"exit {rc}: {tail}"
             row = {"file": f.name, "level": level_of(f), "kind": kb_family(f), "covered": False,
                    "reason": f"coverage check crashed: {one_line(why)}"}
         row["key"] = key_of(f)
@@ -492,7 +515,8 @@ def summarize(rows: list[dict[str, Any]], cover: dict[str, dict[str, Any]], meta
                "timed": len(timed), "pack_runs_kernel": len(kern),
                "measured_tier": sum(r.get("tier") == "measured" for r in sel),
                "geomean_vs_eager": geomean(vs_e), "geomean_vs_compile": geomean(vs_c),
-               ">=1x_eager": sum(x >= 1.0 for x in vs_e), ">=1x_compile": sum(x >= 1.0 for x in vs_c)}
+               ">=1x_eager": sum(x >= 1.0 for x in vs_e),
+               ">=1x_compile": sum(x >= 1.0 for x in vs_c)}
         big = [r for r in timed if r.get("bound") == "memory" and r.get("bytes", 0) >= BIG_BYTES]
         agg["memory_bound_>=64MB"] = len(big)
         agg["of_those_>=85%_copy"] = sum((r["pct"].get("pack") or 0) >= 85 for r in big)
@@ -522,7 +546,8 @@ def summarize(rows: list[dict[str, Any]], cover: dict[str, dict[str, Any]], meta
             ms, pct, sp = r.get("ms", {}), r.get("pct", {}), r.get("speedup", {})
             note = r.get("reason") or "; ".join(r.get("failures", []))
             if r.get("errors"):
-                note = "; ".join([note] * bool(note) + [f"{k}: {e}" for k, e in r["errors"].items()])
+                errs = [f"{k}: {e}" for k, e in r["errors"].items()]
+                note = "; ".join([note] * bool(note) + errs)
             if r.get("inputs_nonzero") is False:
                 note += " (an input is all zeros)"
             cells = [r["file"], r.get("tier", r.get("verdict", "?")), r.get("pack_runs", "-"),
@@ -530,7 +555,8 @@ def summarize(rows: list[dict[str, Any]], cover: dict[str, dict[str, Any]], meta
                      _f((sp.get("eager") or [None])[0], ".2f"),
                      _f((sp.get("compile") or [None])[0], ".2f"),
                      " / ".join(_f(pct.get(p), ".0f") for p in ("pack", "eager", "compile")),
-                     r.get("ceiling", "-"), _f(r.get("bytes", 0) / 2**20 if r.get("bytes") else None, ".0f"),
+                     r.get("ceiling", "-"),
+                     _f(r["bytes"] / 2**20 if r.get("bytes") else None, ".0f"),
                      _f(r.get("port_s"), ".0f"), note[:400]]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         slow = [r["file"] for r in timed if r["speedup"].get("compile", [9.0])[0] < 1.0]
@@ -588,7 +614,8 @@ def run_meta(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
             f"each covered file ported with porter.port.port(FILE, [{det.model.name}]) at its own "
             f"sizes and dtype (measured tier, at most {args.max_variants} candidates); then "
             "harness.bench_op: the pack (porter.load_pack), the "
-            "file's Model(*get_init_inputs()) (eval mode, as the porter ingests it) in eager and under torch.compile (default mode), "
+            "file's Model(*get_init_inputs()) (eval mode, as the porter ingests it) in eager "
+            "and under torch.compile (default mode), "
             "interleaved in one process on the same get_inputs() drawn on the GPU, CUDA events "
             "with a device-side head start, the LLC flushed every repetition, median of "
             f"{args.reps} reps; speedup = baseline median / pack median (paired per repetition); "
@@ -609,7 +636,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--list", action="store_true",
                     help="print the covered files and why the others are not, then stop (no GPU)")
     ap.add_argument("--coverage", type=Path,
-                    help="a coverage.jsonl from an earlier --list, to reuse instead of deciding again")
+                    help="a coverage.jsonl of an earlier --list, reused instead of deciding again")
     ap.add_argument("--jobs", type=int, default=max(1, min(12, (os.cpu_count() or 2) - 2)),
                     help="coverage checks at once (CPU; default: cores - 2, at most 12)")
     ap.add_argument("--gpu-jobs", type=int, default=DEFAULT_GPU_JOBS,
@@ -623,7 +650,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=DEFAULT_REPS,
                     help=f"timed repetitions per provider (default {DEFAULT_REPS})")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S,
-                    help=f"seconds per file before its child is killed (default {DEFAULT_TIMEOUT_S:g})")
+                    help="seconds per file before its child is killed (default "
+                         f"{DEFAULT_TIMEOUT_S:g})")
     ap.add_argument("--kb-repo", default="ScalingIntelligence/KernelBench",
                     help="the KernelBench repository the files come from (for the record)")
     ap.add_argument("--kb-commit", help="its commit (git -C <checkout> rev-parse HEAD)")
@@ -655,6 +683,8 @@ def main(argv: list[str] | None = None) -> int:
     files = problem_files(args.kb_dir.resolve(), levels, names)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _end_children)
+    signal.signal(signal.SIGINT, _end_children)
     t0 = time.monotonic()
     cover = coverage(files, out, args.jobs, min(args.timeout, 300.0), args.coverage)
     covered = [f for f in files if cover[key_of(f)]["covered"]]
@@ -681,6 +711,8 @@ def main(argv: list[str] | None = None) -> int:
     def one(f: Path) -> None:
         with lock:
             i = next(started)
+            if _STOP.is_set():
+                return
             if time.monotonic() - t0 > args.time_budget_s:
                 print(f"[{i}/{len(todo)}] {key_of(f)}: not started (--time-budget-s "
                       f"{args.time_budget_s:g} s spent); the same command runs it",
@@ -689,6 +721,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(todo)}] {key_of(f)}", file=sys.stderr, flush=True)
         row = measure(f, out, args)
         sp = row.get("speedup", {})
+        if _STOP.is_set():
+            return  # killed by the stop, not a verdict on the file
         with lock:
             append_jsonl(results, row)
             rows[row["key"]] = row

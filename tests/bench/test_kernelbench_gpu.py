@@ -187,7 +187,8 @@ def test_list_decides_coverage_once_and_reuses_it(
 
     monkeypatch.setattr(kg, "run_child", in_process)
     out = tmp_path / "out"
-    assert kg.main([str(kb_dir), "--levels", "1,2", "--out", str(out), "--list", "--jobs", "1"]) == 0
+    argv = [str(kb_dir), "--levels", "1,2", "--out", str(out), "--list", "--jobs", "1"]
+    assert kg.main(argv) == 0
     text = capsys.readouterr().out
     assert "level1/23_Softmax.py: covered: rowwise" in text
     assert "level2/76_Gemm_Add_ReLU.py: covered: matmul_epilogue" in text
@@ -234,7 +235,8 @@ def test_summary_has_the_record_and_geometric_means_per_level() -> None:
     assert agg["1"]["memory_bound_>=64MB"] == 2 and agg["1"]["of_those_>=85%_copy"] == 2
     assert agg["2"]["timed"] == 1 and agg["2"]["run"] == 2
     assert "Below 1.0x torch.compile: 23_Softmax.py." in text
-    assert "Covered but not run yet (the time budget; the same command runs them): 36_RMSNorm_.py" in text
+    assert ("Covered but not run yet (the time budget; the same command runs them): "
+            "36_RMSNorm_.py") in text
     assert "- 54_conv.py: codegen: no template covers aten.convolution" in text
     # a file with no passing candidate says why, per class
     assert "tiled x4: misfit (shared memory)" in text
@@ -305,11 +307,37 @@ def test_one_child_at_a_time_holds_the_gpu(tmp_path: Path) -> None:
     import sys
 
     # another process holds the lock; this one waits until that process ends
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; from pathlib import Path; sys.path.insert(0, %r); "
-        "from bench import kernelbench_gpu as kg; kg.gpu_lock(Path(%r)); print('held', flush=True); "
-        "time.sleep(1.5)") % (str(kg.REPO), str(tmp_path))], stdout=subprocess.PIPE, text=True)
+    code = (f"import sys, time; from pathlib import Path; sys.path.insert(0, {str(kg.REPO)!r}); "
+            "from bench import kernelbench_gpu as kg; "
+            f"kg.gpu_lock(Path({str(tmp_path)!r})); print('held', flush=True); time.sleep(1.5)")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
     waited = kg.gpu_lock(tmp_path)
     holder.wait()
     assert waited >= 0.5
+
+
+def test_a_stopped_run_takes_its_children_with_it() -> None:
+    import os
+    import signal
+    import subprocess
+    import time
+
+    # a child runs in a session of its own: the parent's stop handler kills its group, and no
+    # new child starts afterwards
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    kg._CHILDREN.add(sleeper)
+    kg._STOP.clear()
+    try:
+        with pytest.raises(SystemExit):
+            kg._end_children(signal.SIGTERM, None)
+        assert kg._STOP.is_set()
+        deadline = time.monotonic() + 5
+        while sleeper.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert sleeper.returncode == -signal.SIGKILL
+    finally:
+        kg._CHILDREN.discard(sleeper)
+        kg._STOP.clear()
+        if sleeper.poll() is None:
+            os.killpg(sleeper.pid, signal.SIGKILL)
