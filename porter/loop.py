@@ -89,6 +89,17 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
             else "source emitted only"))
     if not ctx.measured_here:
         notes.append("times projected (not measured): the target GPU is not on this machine")
+    languages = getattr(session.gen_op, "languages", (caps.language,))
+    if caps.language not in languages:
+        # the op has no form in this backend's language (matmul_rowwise on Metal): the target
+        # gets no kernel, says why, and the others are ported as usual
+        why = (f"no {caps.language.capitalize()} form of the {ctx.family} family (it is "
+               f"emitted as {', '.join(languages)}): no kernel for {hw.name}")
+        say(f"[{hw.name}] {why}")
+        return TargetResult(
+            target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
+            hw_model_hash=hwmodels.model_hash(hw), tolerance=_tolerance_text(ctx),
+            choices=(), notes=tuple(notes), failures=(why,))
 
     # the units: one per (shape bucket, dtype); a shape sharing a bucket is tuned once
     units: list[tuple[tuple[int, ...], Any, str, str]] = []

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import ClassVar
 
 import sympy
 import torch
@@ -80,6 +81,9 @@ class GeneratedOp:
     kernels: list[KernelInfo] = field(default_factory=list)
     _source: str = ""
     _mm: dict[str, Any] = field(default_factory=dict)
+    # The code languages this op is emitted in (a backend's `capabilities().language`); a
+    # target whose language is not here gets no kernel, with that reason.
+    languages: ClassVar[tuple[str, ...]] = ("triton", "metal")
 
     # -- sources ------------------------------------------------------------------------------
     def triton_module_source(self, config: dict[str, Any] | None = None) -> str:
@@ -653,6 +657,8 @@ class MatmulRowwiseOp(GeneratedOp):
     stages: list[GeneratedOp] = field(default_factory=list)
     prefixes: tuple[str, ...] = ()
     a_indices: tuple[int, ...] = ()  # per matmul stage: its A operand among the stage's inputs
+    # the Metal emitter writes one kernel per op; this family is several
+    languages: ClassVar[tuple[str, ...]] = ("triton",)
 
     def stage_inputs(self, inputs: Sequence[Any]) -> list[tuple[Any, ...]]:
         """Each stage's inputs for the op's `inputs`: the intermediates as meta tensors (sizes,

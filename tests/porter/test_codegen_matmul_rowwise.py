@@ -197,3 +197,29 @@ def test_cross_compiles_without_spills(device: str, dtype: torch.dtype, tmp_path
         rep = targets.for_device(hw).compile(ref, launch, hw)
         assert rep.fits, rep.reasons
         assert rep.resources.spill_bytes == 0, ref.name
+
+
+def test_a_target_in_a_language_the_op_lacks_gets_no_kernel_and_says_why(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The port asks the backend's capabilities for its language and the op for the languages
+    it is emitted in: Metal (m4) gets no kernel for a Triton-only op, the others are ported."""
+    import porter.port
+    from porter.port import port
+    from tests.porter.test_port_standin import SPEC
+    from tests.porter.test_port_standin import FakeGenerated
+
+    class TritonOnly(FakeGenerated):
+        languages = ("triton",)
+
+    assert generate(gelu_softmax, _inputs(gelu_softmax), name="mr_lang").languages == \
+        TritonOnly.languages
+    monkeypatch.setattr(porter.port, "generate_op", lambda ref, ex, name: TritonOnly(tmp_path))
+    spec = tmp_path / "spec.py"
+    spec.write_text(SPEC)
+    res = port(spec, ["h100", "m4"], tmp_path / "packs", run_dir=tmp_path / "run",
+               max_variants=1)
+    by = {t.target: t for t in res.targets}
+    assert by["h100"].choices and not by["m4"].choices
+    assert by["m4"].failures == ("no Metal form of the rowwise family (it is emitted as "
+                                 "triton): no kernel for m4",)
+    assert res.pack_path is not None
