@@ -112,15 +112,20 @@ def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     return float((g - want).abs().max() / want.abs().max().clamp_min(1e-30))
 
 
-def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, Any]]:
-    from harness.timing import compare
+def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda",
+             interpret: bool = False) -> list[dict[str, Any]]:
+    """One case's rows: each config tried (its error, or its max relative error), then the
+    final timings. `device` and `interpret` let a test run it on the CPU under the
+    interpreter (with a stand-in for `harness.timing.compare`)."""
+    from harness import timing
     from porter.codegen import generate
     from porter.codegen import load_generated_module
 
     t0 = time.time()
     op = generate(case.fn, case.small(), name=f"col_{case.name}")
-    mod = load_generated_module(op.triton_module_source(), f"col_{case.name}", interpret=False)
-    inputs = case.inputs(torch.device("cuda"))
+    mod = load_generated_module(op.triton_module_source(), f"col_{case.name}",
+                                interpret=interpret)
+    inputs = case.inputs(torch.device(device))
     default = op.default_config(hw, inputs, case.dtype)
     space = [c for c in op.variant_space(hw, inputs, case.dtype) if c["strategy"] == "columns"]
     tried = [default] + [c for c in spread(space, args.columns) if c != default]
@@ -132,7 +137,8 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
     for key, cfg in configs.items():
         try:
             got = mod.launch(*inputs, config=cfg)
-            torch.cuda.synchronize()
+            if device == "cuda":
+                torch.cuda.synchronize()
             err = max_rel_err(got[:CHECK], want)
             del got
         except Exception as exc:  # noqa: BLE001 - a config that fails is a result
@@ -148,7 +154,7 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
     make_args = lambda: inputs  # noqa: E731 - one set: every case's input is far over L2
     column_keys = [k for k in good if k.startswith("columns")]
     if len(column_keys) > args.top:
-        screen = compare({k: good[k] for k in column_keys}, make_args, hw=hw,
+        screen = timing.compare({k: good[k] for k in column_keys}, make_args, hw=hw,
                          reps=args.screen_reps, warmup=1, graph=False)
         column_keys = sorted(column_keys, key=lambda k: screen.timings[k].median_ms)[:args.top]
     final: dict[str, Callable[..., Any]] = {k: good[k] for k in column_keys}
@@ -157,14 +163,14 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
     final["eager"] = case.fn
     if not args.no_compile:
         final["torch.compile"] = torch.compile(case.fn, dynamic=False)
-    cmp = compare(final, make_args, hw=hw, reps=args.reps, warmup=2, graph=False)
+    cmp = timing.compare(final, make_args, hw=hw, reps=args.reps, warmup=2, graph=False)
     nbytes = case.bytes_moved()
     copy = hw.measured_value("copy_bandwidth_gbps") or hw.peak_bandwidth_gbps
-    for name, timing in cmp.timings.items():
-        gbps = nbytes / timing.median_ms / 1e6
+    for name, t in cmp.timings.items():
+        gbps = nbytes / t.median_ms / 1e6
         rows.append({
-            "case": case.name, "provider": name, "final": True, "ms": timing.median_ms,
-            "p20_ms": timing.p20_ms, "p80_ms": timing.p80_ms, "gbps": gbps,
+            "case": case.name, "provider": name, "final": True, "ms": t.median_ms,
+            "p20_ms": t.p20_ms, "p80_ms": t.p80_ms, "gbps": gbps,
             "pct_copy": 100 * gbps / copy, "x_eager": cmp.speedup(name, "eager").median,
             "x_compile": (cmp.speedup(name, "torch.compile").median
                           if "torch.compile" in cmp.timings else None),
@@ -172,7 +178,8 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace) -> list[dict[str, An
             "config": configs.get(name)})
     rows.append({"case": case.name, "seconds": time.time() - t0})
     del inputs
-    torch.cuda.empty_cache()
+    if device == "cuda":
+        torch.cuda.empty_cache()
     return rows
 
 
