@@ -210,9 +210,11 @@ def _views_last(g: Graph) -> None:
             out = g.add("pw", tuple(on_rows(a) for a in x.args), rows, x.dtype, x.origin,
                         **x.attrs)
         else:
+            if x.rank > len(flat):
+                raise _CannotMove
             shape = (1,) * (len(flat) - x.rank) + tuple(x.shape)
-            if len(shape) != len(flat) or any(
-                    not (s == 1 or sympy.simplify(s - f) == 0) for s, f in zip(shape, flat)):
+            if any(not (s == 1 or sympy.simplify(s - f) == 0)
+                   for s, f in zip(shape, flat, strict=True)):
                 raise _CannotMove
             last = tuple(rows[-2:]) if shape[-1] != 1 else (1, 1)
             out = g.add("reshape", (x,), (*shape[:-1], *last), x.dtype, x.origin)

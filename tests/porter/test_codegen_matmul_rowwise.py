@@ -99,6 +99,29 @@ def test_interpreted_matches_float64(fn: Any) -> None:
         torch.testing.assert_close(got.double(), ref, atol=1e-4, rtol=1e-4)
 
 
+def gn_swish_mul(x, w, b, gw, gb, mw):
+    y = F.group_norm(F.linear(x, w, b), 5, gw, gb)
+    return torch.clamp(y * torch.sigmoid(y) * mw, -2.0, 2.0)
+
+
+def test_group_norm_then_pointwise_runs_on_the_groups() -> None:
+    # GroupNorm of the matmul's [M, N] output: rows of (M, G, N / G); the swish, the
+    # per-column weight and the clamp after its view back to [M, N] run on those rows
+    gen = torch.Generator().manual_seed(1)
+    params = [torch.randn(N, K, generator=gen) / K ** 0.5] + \
+        [torch.randn(N, generator=gen) for _ in range(4)]
+    inputs = (torch.randn(M, K, generator=gen), *params)
+    op = generate(gn_swish_mul, inputs, name="mr_gn")
+    rows = op.stages[-1].plan
+    assert op.family == "matmul_rowwise" and len(rows.space) == 3 and rows.space[1] == 5
+    mod = load_generated_module(op.triton_module_source(), op.name, interpret=True)
+    for m in (M, 7):  # one module serves other batch sizes
+        x = torch.randn(m, K, generator=gen)
+        got = mod.launch(x, *params)
+        torch.testing.assert_close(got.double(), _ref64(gn_swish_mul, (x, *params)),
+                                   atol=1e-4, rtol=1e-4)
+
+
 def test_interpreted_bf16_and_out() -> None:
     inputs = _inputs(gelu_softmax, torch.bfloat16)
     op = generate(gelu_softmax, inputs, name="mr_bf16")
