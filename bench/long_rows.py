@@ -6,7 +6,8 @@ against its other families, torch eager and torch.compile, at the shapes of issu
 
 Per case: the generated module (compiled, not interpreted) runs up to --per-family configs of
 each existing family the variant space offers at that shape (the launcher's own default config
-among them) and --per-new of each long-row family, spread over the space's order; each config's
+among them) and --per-new of each long-row family, as different from each other as the space
+allows; each config's
 output is first checked against the reference in float64 on the first rows (rows are
 independent; a 6.4 GB softmax has no float64 copy), and a wrong config is listed, never timed.
 The right ones are screened (`harness.timing.compare`, interleaved, L2 flushed, --screen-reps),
@@ -96,20 +97,27 @@ def family(cfg: dict[str, Any]) -> str:
 
 def pick(space: list[dict[str, Any]], default: dict[str, Any], per_family: int,
          per_new: int) -> dict[str, list[dict[str, Any]]]:
-    """Up to per_family configs of each family (per_new of the long-row ones), spread evenly
-    over the space's order; the launcher's default first in its family."""
+    """Up to per_family configs of each family (per_new of the long-row ones), as different
+    from each other as the space allows: the launcher's default (or the family's middle
+    config) first, then each time the config differing from every one chosen in the most
+    knobs (ties: space order)."""
     by: dict[str, list[dict[str, Any]]] = {}
     for c in space:
         by.setdefault(family(c), []).append(c)
     out = {}
     for fam, cfgs in by.items():
         n = per_new if fam in NEW else per_family
-        step = max(1, len(cfgs) // n)
-        chosen = cfgs[::step][:n]
-        if family(default) == fam:
-            chosen = [default] + [c for c in chosen if c != default][:n - 1]
+        chosen = [default if family(default) == fam else cfgs[len(cfgs) // 2]]
+        while len(chosen) < min(n, len(cfgs)):
+            chosen.append(max((c for c in cfgs if c not in chosen),
+                              key=lambda c, chosen=chosen: _spread(c, chosen)))
         out[fam] = chosen
     return out
+
+
+def _spread(c: dict[str, Any], chosen: list[dict[str, Any]]) -> int:
+    """The fewest knobs in which `c` differs from any config of `chosen`."""
+    return min(sum(c.get(k) != o.get(k) for k in set(c) | set(o)) for o in chosen)
 
 
 def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
