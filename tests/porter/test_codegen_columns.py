@@ -186,3 +186,16 @@ def test_column_kernel_cross_compiles_with_vector_loads_and_no_spills(
         # narrower loads there are right
         if shape[-1] % 4 == 0:
             assert re.search(pattern, asm), f"loads are not 16-byte vectors ({cfg})"
+
+
+def rmsnorm_channels_affine(x, w, b):
+    # a weight along the reduced dim (loaded per step) and a bias along the last dim
+    return rmsnorm_channels(x) * w.view(1, -1, 1, 1) + b
+
+
+def test_column_kernel_with_weights_and_a_strided_input() -> None:
+    check(rmsnorm_channels_affine, (rand(2, 7, 3, 129), rand(7, seed=1), rand(129, seed=2)),
+          "col_affine", F32, columns_config(64, 4))
+    # the last dim not contiguous (a transposed view): still right, only slower
+    x = rand(3, 100, 37).transpose(1, 2)
+    check(softmax1, (x,), "col_strided", F32, columns_config(64, 4))
