@@ -295,16 +295,37 @@ def part_body(source: str, resolve_source: str, fastmath_source: str, prefix: st
     return re.sub(r"\b(" + "|".join(_PART_GLOBALS) + r")\b", prefix + r"\1", body)
 
 
-def drop_repeats(body: str, earlier: str) -> str:
+def drop_repeats(body: str, earlier: str, suffix: str) -> str:
     """`body` without its top-level statements that `earlier` already holds word for word (the
-    heuristics both parts embed, `_num_programs`): one definition each in the module."""
+    heuristics every stage embeds, `_num_programs`): one definition each in the module. A
+    top-level name `earlier` defines differently (a second matmul's `_launch_tma_persistent`,
+    which launches its own kernel) is renamed in `body` to name + `suffix`."""
     tree = ast.parse(body)
+    defined = {_top_name(n) for n in ast.parse(earlier).body} - {None}
     lines = body.split("\n")
     drop: set[int] = set()
+    renames: list[str] = []
     for node in tree.body:
         first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
         text = "\n".join(lines[first - 1:node.end_lineno])
-        if isinstance(node, (ast.FunctionDef, ast.Assign)) and text in earlier:
+        name = _top_name(node)
+        if name is None or name not in defined:
+            continue
+        if text in earlier:
             drop.update(range(first - 1, node.end_lineno))
-    kept = [line for i, line in enumerate(lines) if i not in drop]
-    return re.sub(r"\n{4,}", "\n\n\n", "\n".join(kept)).strip("\n") + "\n"
+        else:
+            renames.append(name)
+    kept = "\n".join(line for i, line in enumerate(lines) if i not in drop)
+    for name in renames:
+        kept = re.sub(rf"\b{re.escape(name)}\b", name + suffix, kept)
+    return re.sub(r"\n{4,}", "\n\n\n", kept).strip("\n") + "\n"
+
+
+def _top_name(node: ast.stmt) -> str | None:
+    """The name a top-level def or single-name assignment binds, else None."""
+    if isinstance(node, ast.FunctionDef):
+        return node.name
+    if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+            isinstance(node.targets[0], ast.Name):
+        return node.targets[0].id
+    return None

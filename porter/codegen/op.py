@@ -755,7 +755,7 @@ def _gen_matmul_rowwise(name: str, g: Graph, ex: tuple[Any, ...],
         else:
             op_i = _gen_matmul(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs)
         body = matmul_rowwise.part_body(op_i._source, resolve, fm, f"_S{i + 1}_", launcher)
-        body = matmul_rowwise.drop_repeats(body, bodies) if bodies else body
+        body = matmul_rowwise.drop_repeats(body, bodies, f"_s{i + 1}") if bodies else body
         bodies += body
         info = {"what": "the row-wise kernels over the last intermediate" if last else
                 f"matmul {i + 1} with its elementwise epilogue, storing its [M, N] output",

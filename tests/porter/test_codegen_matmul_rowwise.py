@@ -122,6 +122,24 @@ def test_group_norm_then_pointwise_runs_on_the_groups() -> None:
                                    atol=1e-4, rtol=1e-4)
 
 
+def test_a_chain_runs_each_matmuls_own_tma_kernel() -> None:
+    # bf16: both matmul stages' persistent TMA kernels (each stage's host helpers are its
+    # own in the one module: a second matmul's would otherwise replace the first's)
+    inputs = _inputs(two_linears_logsumexp, torch.bfloat16)
+    op = generate(two_linears_logsumexp, inputs, name="mr_chain_tma")
+    src = op.triton_module_source()
+    assert "def _launch_tma_persistent(" in src and "def _launch_tma_persistent_s2(" in src
+    mod = load_generated_module(src, op.name, interpret=True)
+    tma = {"strategy": "tma_persistent", "BLOCK_M": 16, "BLOCK_N": 32, "BLOCK_K": 32,
+           "GROUP_M": 2, "FLATTEN": True, "SUBTILE": False, "num_warps": 4, "num_stages": 3}
+    row = matmul_rowwise.split_config(op.default_config(None, inputs), op.prefixes)[2]
+    config = matmul_rowwise.join_config([tma, tma, row], op.prefixes)
+    assert op.tma_applies(inputs)
+    got = mod.launch(*inputs, config=config)
+    torch.testing.assert_close(got.double(), _ref64(two_linears_logsumexp, inputs),
+                               atol=5e-2, rtol=2e-2)
+
+
 def test_interpreted_bf16_and_out() -> None:
     inputs = _inputs(gelu_softmax, torch.bfloat16)
     op = generate(gelu_softmax, inputs, name="mr_bf16")
