@@ -762,7 +762,11 @@ def _gen_matmul_rowwise(name: str, g: Graph, ex: tuple[Any, ...],
                 "globals": f"_S{i + 1}_", "body": body, "launcher": launcher,
                 "dtype_table": dtypes.table_source(graph.out_dtype_table),
                 "dtype_rules": dtypes.rules_source(graph.out_dtype_rules)}
-        if not last:
+        if last:
+            # the row length in the stage's own inputs, which the op's launcher calls `args`
+            n_cols = sym_to_python(rowwise.size_exprs(op_i.plan)[1], graph.symbols)
+            info["n_cols"] = n_cols.replace("inputs[", "args[")
+        else:
             mm = next(n for n in graph.live() if n.op == "mm")
             m, n = (int(sympy.sympify(s).subs(subs)) for s in mm.shape)
             a = args_ex[cut.a_index]

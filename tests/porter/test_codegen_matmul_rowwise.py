@@ -140,6 +140,16 @@ def test_a_chain_runs_each_matmuls_own_tma_kernel() -> None:
                                atol=5e-2, rtol=2e-2)
 
 
+def test_a_row_config_for_narrower_rows_falls_back_to_the_row_default() -> None:
+    # a pack's config used at wider rows than it was tuned for (single pass, BLOCK_N 32 < 70)
+    inputs = _inputs(gelu_softmax)
+    op = generate(gelu_softmax, inputs, name="mr_narrow")
+    mod = load_generated_module(op.triton_module_source(), op.name, interpret=True)
+    config = {**op.default_config(None, inputs), "row_BLOCK_N": 32}
+    torch.testing.assert_close(mod.launch(*inputs, config=config).double(),
+                               _ref64(gelu_softmax, inputs), atol=1e-4, rtol=1e-4)
+
+
 def test_interpreted_bf16_and_out() -> None:
     inputs = _inputs(gelu_softmax, torch.bfloat16)
     op = generate(gelu_softmax, inputs, name="mr_bf16")
