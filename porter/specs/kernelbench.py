@@ -285,16 +285,23 @@ class KernelBenchProblem:
         return current()
 
     def odd(self, shape: Shape) -> Shape:
-        """`shape` with every even size above MIN_REDUCIBLE made odd (one less), for the judge's
-        odd-sizes stage; sizes equal in `shape` stay equal (a bias of ``(out_features,)`` keeps
-        its tie). Sizes the file cannot take (a group count that must divide the channels, a
-        view that needs an even width) are found by building the model and running it there
-        once at these small sizes; then `shape` itself is returned.
+        """`shape` with every even size the reduction changed made odd (one less), for the
+        judge's odd-sizes stage. Sizes equal in `shape` stay equal (a bias of
+        ``(out_features,)`` keeps its tie); sizes the file keeps as written (a group count, an
+        axis) are not touched. Odd sizes the file cannot take (a group count that must divide
+        the channels, a view that needs an even width) are found by running the model there
+        once at these small sizes, and odd sizes that change what the model computes (a model
+        that served every size would no longer) are refused; then `shape` itself is returned.
         """
-        value = {v: v - 1 for v in shape if v > MIN_REDUCIBLE and v % 2 == 0}
+        reduced = {v for v, o in zip(shape, self.original) if v != o}
+        value = {v: v - 1 for v in reduced if v > MIN_REDUCIBLE and v % 2 == 0}
         odd = tuple(value.get(v, v) for v in shape)
         if odd == tuple(shape):
             return odd
+        # whether one model serves the sizes built so far (None: fewer than two to tell)
+        built = sum(k[0] == "model" for k in self._models)
+        generic = None if built < 2 else self._size_independent_model() is not None
+        inputs: tuple[Any, ...] = ()
         try:
             inputs = self.make_inputs(odd, torch.float32, torch.device("cpu"),
                                       torch.Generator().manual_seed(0))
@@ -303,8 +310,21 @@ class KernelBenchProblem:
         except Exception as exc:  # noqa: BLE001 - the file's own constraint: keep the sizes
             log.debug("%s: odd sizes %s do not fit the file (%s); odd-sizes stage at %s",
                       self.path, odd, exc, shape)
+            self._forget(odd, inputs)
+            return tuple(shape)
+        if generic is not False and self._size_independent_model() is None:
+            log.debug("%s: odd sizes %s change what the model computes; odd-sizes stage at %s",
+                      self.path, odd, shape)
+            self._forget(odd, inputs)
             return tuple(shape)
         return odd
+
+    def _forget(self, shape: Shape, inputs: tuple[Any, ...]) -> None:
+        """Drop what was built at `shape` (sizes the spec will not use)."""
+        self._modules.pop(tuple(shape), None)
+        self._models.pop(("model", tuple(shape)), None)
+        if inputs:
+            self._models.pop(("by_inputs", _shape_key(list(inputs[: self.n_inputs]))), None)
 
     def _input_elements(self, shape: Shape) -> int:
         # Evaluated through the real get_inputs on the meta device: no memory, exact structure.
@@ -473,6 +493,8 @@ def load_kernelbench(path: Path) -> OpSpec:
     smaller = kb.reduce(budget=INTERPRET_ELEMENT_BUDGET // 8, cap=INTERPRET_SIZE_CAP // 4)
     if smaller != reduced:
         interpret_shapes.append(smaller)
+    for shape in interpret_shapes:  # so the reference can tell whether sizes change the model
+        kb.model(shape)
     stem = path.stem
     doc = (kb.module(original).Model.__doc__ or "").strip().split("\n")[0]
     spec = OpSpec(
@@ -494,8 +516,6 @@ def load_kernelbench(path: Path) -> OpSpec:
         size_note=kb.describe,
     )
     validate(spec)
-    for shape in interpret_shapes:  # so the reference can tell whether sizes change the model
-        kb.model(shape)
     kb._size_independent_model()  # decided now, outside any tracer
     return spec
 

@@ -350,3 +350,34 @@ def test_odd_sizes_the_file_cannot_take_fall_back(tmp_path: Path) -> None:
     )
     spec = load_spec(p)
     assert spec.odd_shapes == (spec.interpret_shapes[-1],)
+
+
+def test_odd_sizes_leave_the_sizes_the_file_keeps(tmp_path: Path) -> None:
+    # KernelBench 30 (level 2): num_groups = 16 is never reduced; making it odd (15) would
+    # change what the model computes (and 255 channels in 15 groups fit, so nothing raises),
+    # which made the traced kernel specialize to one batch size. Only reduced sizes go odd.
+    p = tmp_path / "30_Gemm_GroupNorm.py"
+    p.write_text(
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, in_features, out_features, num_groups):\n"
+        "        super().__init__()\n"
+        "        self.gemm = nn.Linear(in_features, out_features)\n"
+        "        self.gn = nn.GroupNorm(num_groups, out_features)\n"
+        "    def forward(self, x):\n"
+        "        return self.gn(self.gemm(x))\n"
+        "batch_size = 1024\n"
+        "in_features = 8192\n"
+        "out_features = 8192\n"
+        "num_groups = 16\n"
+        "def get_inputs():\n"
+        "    return [torch.rand(batch_size, in_features)]\n"
+        "def get_init_inputs():\n"
+        "    return [in_features, out_features, num_groups]\n"
+    )
+    spec = load_spec(p)
+    for shape in (*spec.interpret_shapes, *spec.odd_shapes):
+        assert dict(zip(spec.shape_names, shape))["num_groups"] == 16
+    # one model serves every size the judge uses
+    assert kernelbench_problem(spec)._size_independent_model() is not None
