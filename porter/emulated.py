@@ -3,8 +3,8 @@
 `emulated_eval` has the signature of the port loop's CPU checks (porter.roles.benchmark's
 `CPU_CHECKS[Capabilities.cpu_check]`, next to "interpreter"): the loop registers it as
 `CPU_CHECKS["emulator"]`. It judges one pending Metal candidate in a worker process (a crash
-ends only the worker, restarted for the next check) with `harness.emulated.check_source` at the spec's
-reduced shapes, for the dtype the source was generated for, shares the verdict with identical
+ends only the worker, restarted for the next check) with `harness.emulated.check_source` at the
+spec's reduced shapes, for the dtype the source was generated for, shares the verdict with identical
 sources (one check per kernel body + semantic config), keeps to the run's check budget, and
 records the verdict with the candidate at tier "emulated" when it passed.
 
@@ -171,7 +171,8 @@ class _Worker:
         if self.stderr is not None:
             self.stderr.close()
         self.stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - lives as long as the worker
-        return subprocess.Popen([sys.executable, "-c", "from porter.emulated import serve; serve()"],
+        serve = "from porter.emulated import serve; serve()"
+        return subprocess.Popen([sys.executable, "-c", serve],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                 stderr=self.stderr, text=True, env=env, bufsize=1)
 

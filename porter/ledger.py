@@ -71,7 +71,9 @@ def config_key(config: dict[str, Any]) -> str:
     return json.dumps(config, sort_keys=True, separators=(",", ":"), default=str)
 
 
-def candidate_key(target: str, src_hash: str, config: dict[str, Any], bucket: str, dtype: str) -> str:
+def candidate_key(
+    target: str, src_hash: str, config: dict[str, Any], bucket: str, dtype: str
+) -> str:
     """The resume key of one candidate (target + source hash + config, for one bucket/dtype)."""
     return f"{target}|{src_hash[:16]}|{config_key(config)}|{bucket}|{dtype}"
 
@@ -361,5 +363,7 @@ def _compare(kept: LedgerEntry | None, numbers: dict[str, Any], tier: str) -> tu
     if tier_rank(tier) < tier_rank(kept.tier):
         return "reverted", f"reached only {tier}; kept one reached {kept.tier}"
     if new_t < old_t:
-        return "kept", f"{new_t:.4g} ms < kept {old_t:.4g} ms ({(old_t / new_t - 1) * 100:.1f}% faster)"
-    return "reverted", f"{new_t:.4g} ms >= kept {old_t:.4g} ms ({(new_t / old_t - 1) * 100:.1f}% slower)"
+        faster = (old_t / new_t - 1) * 100
+        return "kept", f"{new_t:.4g} ms < kept {old_t:.4g} ms ({faster:.1f}% faster)"
+    slower = (new_t / old_t - 1) * 100
+    return "reverted", f"{new_t:.4g} ms >= kept {old_t:.4g} ms ({slower:.1f}% slower)"

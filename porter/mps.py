@@ -49,7 +49,8 @@ def mps_unavailable() -> str | None:
         return (f"this PyTorch ({torch.__version__}) has no torch.mps.compile_shader (MPS "
                 "backend missing or too old)")
     if not torch.backends.mps.is_available():
-        return "torch.backends.mps.is_available() is False (no Apple GPU, or PyTorch built without MPS)"
+        return ("torch.backends.mps.is_available() is False (no Apple GPU, or PyTorch built "
+                "without MPS)")
     return None
 
 

@@ -217,8 +217,11 @@ def port(
                            exhaustive=exhaustive, time_budget_s=time_budget_s,
                            deadline_s=deadline_s, verbose=verbose)
         session.allow_generated = allow_generated  # read by the Search role
-        say(f"{spec.name}: family {getattr(session.gen_op, 'family', '?')}; "
-            f"{'measuring on ' + session.local if session.local else 'no GPU here: ' + session.detect_reason}")
+        if session.local:
+            where = f"measuring on {session.local}"
+        else:
+            where = f"no GPU here: {session.detect_reason}"
+        say(f"{spec.name}: family {getattr(session.gen_op, 'family', '?')}; {where}")
         say(session.budget_text())
         team = team or rules_team()
         results = []

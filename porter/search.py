@@ -160,7 +160,8 @@ def search(
     seen: set[str] = set()
     valid: list[Candidate] = []
     rejected: list[Rejected] = []
-    offered = ([(default, "default")] if default is not None else []) + [(v, "space") for v in space]
+    offered = [(default, "default")] if default is not None else []
+    offered += [(v, "space") for v in space]
     for variant, origin in offered:
         cfg = config_dict(variant)
         key = config_key(cfg)

@@ -32,18 +32,17 @@ import math
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from porter.errors import SpecError
-from porter.recorder import (
-    AUTOTUNE_KEY,
-    OPTION_NAMES,
-    Launch,
-    RecordError,
-    innermost,
-    intercept,
-    record,
-)
+from porter.recorder import AUTOTUNE_KEY
+from porter.recorder import OPTION_NAMES
+from porter.recorder import Launch
+from porter.recorder import RecordError
+from porter.recorder import innermost
+from porter.recorder import intercept
+from porter.recorder import record
 
 if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
@@ -275,7 +274,8 @@ def compilable(fn: Any, cache: dict[Any, Any]) -> Any:
         return fn
     key = id(fn)
     if key not in cache:
-        from targets.interpreter import import_file, triton_interpret
+        from targets.interpreter import import_file
+        from targets.interpreter import triton_interpret
 
         path = Path(inspect.getsourcefile(getattr(fn, "fn", fn)) or "")
         with triton_interpret(False):  # the decorator decides at import: compiled, not interpreted
@@ -393,7 +393,8 @@ def must_check(session: Any, target: str, bucket: str, dname: str,
     """Whether a user-kernel candidate is checked even though its projection cannot beat the
     kept kernel: the user's kernel is the subject of the port, so its shipped config and its
     best-projected retuned one are always checked (both usually share one check)."""
-    from targets.tiers import Tier, tier_rank
+    from targets.tiers import Tier
+    from targets.tiers import tier_rank
 
     if config.get("origin") != ORIGIN:
         return False

@@ -18,10 +18,13 @@ backend runs no Triton (Metal) is *not offered* the kernel.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
 
-from porter.user_kernel import ORIGIN, is_shipped
+from porter.user_kernel import ORIGIN
+from porter.user_kernel import is_shipped
 from targets.tiers import tier_rank
 
 if TYPE_CHECKING:
@@ -188,9 +191,13 @@ def table(rows: list[Status]) -> list[list[str]]:
     out = []
     for s in rows:
         for r in s.rows:
-            retuned = "-" if r.retuned is None else (
-                "= shipped" if r.retuned_is_shipped else
-                f"{r.retuned.text()} ({cfg_text({k: v for k, v in r.retuned.config.items() if k != 'origin'})})")
+            if r.retuned is None:
+                retuned = "-"
+            elif r.retuned_is_shipped:
+                retuned = "= shipped"
+            else:
+                knobs = {k: v for k, v in r.retuned.config.items() if k != "origin"}
+                retuned = f"{r.retuned.text()} ({cfg_text(knobs)})"
             keeps = {"existing": "user's kernel" + (" (shipped)" if is_shipped(r.kept_config)
                                                     else " (retuned)"),
                      "generated": "generated", "": "nothing"}[r.kept_origin]

@@ -37,7 +37,9 @@ def parse_dtypes(names: tuple[str, ...]) -> tuple[torch.dtype, ...] | None:
             except ValueError:
                 name = ""
             if name not in FLOAT_NAMES:
-                raise click.BadParameter(f"unknown dtype {n!r}; choose from fp32, fp16, bf16", param_hint="--dtype")
+                raise click.BadParameter(
+                    f"unknown dtype {n!r}; choose from fp32, fp16, bf16", param_hint="--dtype"
+                )
             out.append(torch_dtype(name))
     return tuple(out) or None
 
@@ -47,7 +49,9 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.lower().replace(",", "x").split("x"))
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a shape like 4096x4096", param_hint="--shape") from None
+        raise click.BadParameter(
+            f"{text!r} is not a shape like 4096x4096", param_hint="--shape"
+        ) from None
     if not shape or any(d <= 0 for d in shape):
         raise click.BadParameter(f"{text!r}: sizes must be positive", param_hint="--shape")
     return shape
@@ -94,7 +98,8 @@ def generated_module(spec: OpSpec, *, interpret: bool) -> tuple[Any, Any]:
         from porter.codegen.loading import load_generated_module
     except ImportError as exc:
         raise KernelUnavailableError(
-            f"code generation is not available ({exc}); use --kernel existing for a spec with TRITON_KERNEL"
+            f"code generation is not available ({exc}); "
+            "use --kernel existing for a spec with TRITON_KERNEL"
         ) from None
     gen = torch.Generator(device="cpu").manual_seed(0)
     example = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"), gen)
@@ -122,7 +127,10 @@ def meta_costs(spec: OpSpec, shape: tuple[int, ...], dtype: torch.dtype) -> tupl
     gen = torch.Generator(device="cpu").manual_seed(0)
     inputs = tuple(spec.make_inputs(shape, dtype, torch.device("meta"), gen))
     outputs = spec.reference(*inputs)
-    nbytes = spec.bytes_moved(inputs, outputs) if spec.bytes_moved else derive_bytes(inputs, outputs)
+    if spec.bytes_moved:
+        nbytes = spec.bytes_moved(inputs, outputs)
+    else:
+        nbytes = derive_bytes(inputs, outputs)
     flops = spec.flops(inputs, outputs) if spec.flops else 0
     return int(nbytes), int(flops)
 

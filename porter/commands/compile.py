@@ -1,4 +1,4 @@
-"""`porter compile FILE::KERNEL --targets a100,h100,...`: cross-compile one Triton kernel per device.
+"""`porter compile FILE::KERNEL --targets a100,h100,...`: cross-compile a Triton kernel per device.
 
 For each target: the hardware model (hwmodels.get), its backend (targets.for_device), a CPU
 cross-compile, and one table row with what the artifact says it uses (registers, shared
@@ -26,7 +26,10 @@ class ExitCode(IntEnum):
 
 def _split_kernel_spec(spec: str) -> tuple[Path, str]:
     if "::" not in spec:
-        raise click.UsageError(f"expected FILE::KERNEL (e.g. examples/rmsnorm/kernel.py::_rmsnorm_fwd_kernel), got {spec!r}")
+        raise click.UsageError(
+            "expected FILE::KERNEL (e.g. examples/rmsnorm/kernel.py::_rmsnorm_fwd_kernel), "
+            f"got {spec!r}"
+        )
     file, kernel = spec.rsplit("::", 1)
     if not file or not kernel:
         raise click.UsageError(f"expected FILE::KERNEL, got {spec!r}")
@@ -133,7 +136,8 @@ def _run(
         click.echo(f"error: {exc}", err=True)
         return ExitCode.BAD_INPUT
 
-    constexprs = {k: parse_constexpr_value(v) for k, v in _parse_pairs(constexpr_pairs, "--constexpr").items()}
+    constexpr_texts = _parse_pairs(constexpr_pairs, "--constexpr")
+    constexprs = {k: parse_constexpr_value(v) for k, v in constexpr_texts.items()}
     knobs = {k: parse_constexpr_value(v) for k, v in _parse_pairs(knob_pairs, "--knob").items()}
     arg_types = _parse_pairs(arg_type_pairs, "--arg-type")
     try:

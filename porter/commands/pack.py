@@ -22,9 +22,9 @@ def show(pack_dir: str, verify: bool) -> None:
 
     from porter.packs.format import SUMMARY_HEADERS
     from porter.packs.format import PackError
+    from porter.packs.format import summary_rows
     from porter.packs.verify import manifest_sha256
     from porter.packs.verify import read_manifest
-    from porter.packs.format import summary_rows
     from porter.packs.verify import verify_pack
 
     try:

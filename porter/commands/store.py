@@ -40,8 +40,8 @@ def import_cmd(run_dirs: tuple[str, ...], store_path: str) -> None:
     """Import suite result folders (rows.jsonl from `python -m bench.suite`) into a store."""
     from harness.store import ResultsStore
     from harness.store import StoreError
-    from porter.suite_import import suite_records
     from porter.errors import PorterError
+    from porter.suite_import import suite_records
 
     try:
         with ResultsStore(store_path, fill_env=False) as dst:

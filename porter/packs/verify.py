@@ -43,7 +43,9 @@ def normalize_sha256(text: str) -> str:
 def _manifest_bytes(pack_dir: Path) -> bytes:
     path = pack_dir / MANIFEST
     if not path.is_file():
-        raise PackError(f"{path}: no manifest; is {pack_dir} a pack folder written by `porter port`?")
+        raise PackError(
+            f"{path}: no manifest; is {pack_dir} a pack folder written by `porter port`?"
+        )
     return path.read_bytes()
 
 

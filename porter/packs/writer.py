@@ -18,9 +18,9 @@ import yaml
 
 from porter.packs.format import FORMAT
 from porter.packs.format import MANIFEST
+from porter.packs.format import REFERENCE
 from porter.packs.format import PackError
 from porter.packs.format import PackIntegrityError
-from porter.packs.format import REFERENCE
 from porter.packs.format import entry_files
 from porter.packs.format import sha256_bytes
 from porter.packs.format import sha256_file

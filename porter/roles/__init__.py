@@ -20,8 +20,8 @@ from porter.roles.artifacts import TuningPlan
 from porter.roles.artifacts import UnitCandidates
 from porter.roles.artifacts import UnitProfile
 from porter.roles.base import Benchmark
-from porter.roles.base import DebugRequest
 from porter.roles.base import Debugger
+from porter.roles.base import DebugRequest
 from porter.roles.base import Exchange
 from porter.roles.base import JudgeRequest
 from porter.roles.base import KernelWriter
@@ -34,7 +34,6 @@ from porter.roles.base import SearchRequest
 from porter.roles.base import TargetContext
 from porter.roles.base import Team
 from porter.roles.base import WriteRequest
-
 
 
 def rules_team() -> Team:

@@ -8,7 +8,8 @@ One artifact per role and target, written into the run folder (`runs/<id>/<targe
 | Search        | `Candidates`                | `candidates.json`                           |
 | Kernel Writer | `KernelSource`              | `kernel.py` / `kernel.metal`                |
 | Benchmark     | `BenchRow` rows             | `bench_results.csv` (the harness judges)    |
-| Debugger      | `Diagnosis` (+ KernelSource)| `debug_report.json`, `kernel_fixed.py` when a fix passed |
+| Debugger      | `Diagnosis` (+ KernelSource)| `debug_report.json`, `kernel_fixed.py`      |
+|               |                             | when a fix passed                           |
 | Profiler      | `ProfileReport`             | `profile_report.json`                       |
 
 Everything here is plain data (str, int, float, bool, tuples, dicts of those): `to_dict()` /
@@ -166,7 +167,8 @@ class UnitCandidates(Artifact):
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> UnitCandidates:
-        return cls(shape=shape_tuple(raw["shape"]), dtype=raw["dtype"], bucket=raw.get("bucket", ""),
+        return cls(shape=shape_tuple(raw["shape"]), dtype=raw["dtype"],
+                   bucket=raw.get("bucket", ""),
                    candidates=tuple(ProposedConfig.from_dict(c) for c in raw["candidates"]),
                    rejected=tuple(RejectedConfig.from_dict(r) for r in raw.get("rejected", ())),
                    space_size=int(raw.get("space_size", 0)), capped=int(raw.get("capped", 0)))
@@ -371,8 +373,8 @@ class UnitProfile(Artifact):
 
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> UnitProfile:
-        return cls(**{**raw, "shape": shape_tuple(raw["shape"]),
-                      "kernels": tuple(KernelResources.from_dict(k) for k in raw.get("kernels", ()))})
+        kernels = tuple(KernelResources.from_dict(k) for k in raw.get("kernels", ()))
+        return cls(**{**raw, "shape": shape_tuple(raw["shape"]), "kernels": kernels})
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,11 @@ def existing_configs(spec: Any) -> list[dict[str, Any]]:
     """The spec's existing kernel as configs: {"origin": "existing", knob: value, ...} for
     each combination of the TUNABLES its launcher accepts as parameters (one config, just
     the origin, when it accepts none); [] when the spec has no existing kernel."""
-    if getattr(spec, "triton_kernel", None) is None or getattr(spec, "triton_launcher", None) is None:
+    launcher = getattr(spec, "triton_launcher", None)
+    if getattr(spec, "triton_kernel", None) is None or launcher is None:
         return []
     try:
-        params = inspect.signature(spec.triton_launcher).parameters
+        params = inspect.signature(launcher).parameters
     except (TypeError, ValueError):
         params = {}
     knobs = [k for k, v in (spec.tunables or {}).items()

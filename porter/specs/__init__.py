@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 
 from porter.errors import SpecError
-from porter.specs.opspec import import_file
 from porter.specs.module import read_source
 from porter.specs.module import spec_from_module
 from porter.specs.module import top_level_names
 from porter.specs.opspec import OpSpec
+from porter.specs.opspec import import_file
 
 __all__ = ["OpSpec", "load_spec"]
 
@@ -36,7 +36,9 @@ def load_spec(path: str | os.PathLike[str]) -> OpSpec:
     if p.is_dir():
         p = p / "spec.py"
     if not p.is_file():
-        raise SpecError(p, "no such file", "give the path of a spec.py or a KernelBench problem file")
+        raise SpecError(
+            p, "no such file", "give the path of a spec.py or a KernelBench problem file"
+        )
     source = read_source(p)
     names = top_level_names(p, source)
     if "Model" in names or "get_inputs" in names or "get_init_inputs" in names:

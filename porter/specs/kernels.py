@@ -9,12 +9,10 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-
 from porter.errors import SpecError
+from porter.specs.opspec import import_file
 from targets import interpreter as pyfile
 from targets.base import KernelRef
-
-from porter.specs.opspec import import_file
 
 log = logging.getLogger(__name__)
 
@@ -35,11 +33,15 @@ def resolve_file_attr(spec_path: Path, ref: str, field_name: str, *, interpret: 
         SpecError: bad format, missing file, import failure, or missing attribute.
     """
     if not isinstance(ref, str) or "::" not in ref:
-        raise SpecError(spec_path, f"{field_name} must look like 'kernel.py::_kernel_name', got {ref!r}")
+        raise SpecError(
+            spec_path, f"{field_name} must look like 'kernel.py::_kernel_name', got {ref!r}"
+        )
     rel, attr = ref.split("::", 1)
     kpath = (spec_path.parent / rel).resolve()
     if not kpath.is_file():
-        raise SpecError(spec_path, f"{field_name}: no file {kpath} (paths are relative to the spec)")
+        raise SpecError(
+            spec_path, f"{field_name}: no file {kpath} (paths are relative to the spec)"
+        )
     if interpret is not None:
         pyfile.set_interpret(interpret)  # lasting: the kernel's later imports must agree
     module = cache.get(kpath) if cache is not None else None
@@ -72,10 +74,17 @@ def load_kernel(spec_path: Path, ref: str, launcher_ref: str | None, tunables: d
     cache: dict[Path, ModuleType] = {}
     fn = resolve_file_attr(spec_path, ref, "TRITON_KERNEL", interpret=interpret, cache=cache)
     if not _is_triton_kernel(fn):
-        raise SpecError(spec_path, f"TRITON_KERNEL {ref!r} is a {type(fn).__name__}, not a @triton.jit kernel")
+        raise SpecError(
+            spec_path,
+            f"TRITON_KERNEL {ref!r} is a {type(fn).__name__}, not a @triton.jit kernel",
+        )
     kfile = (spec_path.parent / ref.split("::", 1)[0]).resolve()
-    constexprs = {k: v for k, v in tunables.items() if k.isupper() and not isinstance(v, (list, tuple))}
-    kernel = KernelRef(name=ref.split("::", 1)[1], fn=fn, source=kfile.read_text(), constexprs=constexprs)
+    constexprs = {
+        k: v for k, v in tunables.items() if k.isupper() and not isinstance(v, (list, tuple))
+    }
+    kernel = KernelRef(
+        name=ref.split("::", 1)[1], fn=fn, source=kfile.read_text(), constexprs=constexprs
+    )
     launcher = None
     if launcher_ref is not None:
         launcher = resolve_file_attr(spec_path, launcher_ref, "TRITON_LAUNCHER", cache=cache)

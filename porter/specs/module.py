@@ -14,7 +14,6 @@ import torch
 
 from harness.problem import Shape
 from porter.errors import SpecError
-
 from porter.specs.opspec import DEFAULT_DTYPES
 from porter.specs.opspec import OpSpec
 from porter.specs.opspec import default_interpret_shapes
@@ -69,8 +68,12 @@ def _callable(p: Path, module: ModuleType, attr: str, required: bool) -> Callabl
     if value is None:
         if required:
             hint = {
-                "reference": "define `def reference(*inputs)` in plain PyTorch: the meaning of the op",
-                "make_inputs": "define `def make_inputs(shape, dtype, device, generator)` returning a tuple",
+                "reference": (
+                    "define `def reference(*inputs)` in plain PyTorch: the meaning of the op"
+                ),
+                "make_inputs": (
+                    "define `def make_inputs(shape, dtype, device, generator)` returning a tuple"
+                ),
             }.get(attr, "")
             raise SpecError(p, f"no {attr}", hint)
         return None
@@ -85,7 +88,8 @@ def spec_from_module(module: ModuleType, p: Path) -> OpSpec:
     make_inputs = _callable(p, module, "make_inputs", required=True)
     assert reference is not None and make_inputs is not None
     shapes = _shape_list(p, module, "SHAPES", required=True)
-    interpret_shapes = _shape_list(p, module, "INTERPRET_SHAPES", required=False) or default_interpret_shapes(shapes)
+    interpret_shapes = _shape_list(p, module, "INTERPRET_SHAPES", required=False)
+    interpret_shapes = interpret_shapes or default_interpret_shapes(shapes)
     odd_shapes = _shape_list(p, module, "ODD_SHAPES", required=False)
     smoke = getattr(module, "SMOKE_SHAPE", None)
     smoke_shape = tuple(int(d) for d in smoke) if smoke is not None else interpret_shapes[0]
@@ -105,7 +109,9 @@ def spec_from_module(module: ModuleType, p: Path) -> OpSpec:
         kernel, launcher = load_user_kernel(p, kernel_ref, launcher_ref, tunables,
                                             _callable(p, module, "TRITON_CALL", required=False))
     name = getattr(module, "NAME", None) or (p.parent.name if p.stem == "spec" else p.stem)
-    description = getattr(module, "DESCRIPTION", None) or (inspect.getdoc(module) or "").split("\n\n")[0]
+    description = (
+        getattr(module, "DESCRIPTION", None) or (inspect.getdoc(module) or "").split("\n\n")[0]
+    )
     spec = OpSpec(
         name=str(name),
         path=p,

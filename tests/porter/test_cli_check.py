@@ -55,7 +55,9 @@ def test_check_rmsnorm_generated_kernel_under_interpreter() -> None:
 
 
 def test_check_existing_without_kernel_is_one_clear_error() -> None:
-    result = CliRunner().invoke(main, ["check", str(ROOT / "examples/softmax"), "--kernel", "existing"])
+    result = CliRunner().invoke(
+        main, ["check", str(ROOT / "examples/softmax"), "--kernel", "existing"]
+    )
     assert result.exit_code == 2
     assert "TRITON_KERNEL" in result.output and "Traceback" not in result.output
 
@@ -77,7 +79,9 @@ def test_bench_on_cpu_explains_and_projects() -> None:
 
 
 def test_bench_bad_shape_exits_2() -> None:
-    result = CliRunner().invoke(main, ["bench", str(ROOT / "examples/rmsnorm"), "--shape", "4096xabc"])
+    result = CliRunner().invoke(
+        main, ["bench", str(ROOT / "examples/rmsnorm"), "--shape", "4096xabc"]
+    )
     assert result.exit_code == 2 and "4096xabc" in result.output
 
 

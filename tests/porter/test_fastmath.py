@@ -111,7 +111,8 @@ def test_gelu_before_a_reduction_matches_the_reference() -> None:
     x = torch.randn(5, 37, dtype=torch.float32)
     op = generate(ref, (x,), name="gelu_rowsum")
     src = op.triton_module_source()
-    single = src[src.index("def _gelu_rowsum_single_pass_kernel"):src.index("def _gelu_rowsum_looped")]
+    start = src.index("def _gelu_rowsum_single_pass_kernel")
+    single = src[start:src.index("def _gelu_rowsum_looped")]
     assert "porter_gelu(" in single and "tl.where" not in single  # no select: gelu(0) = 0
     module = load_generated_module(src, "gelu_rowsum", interpret=True)
     torch.testing.assert_close(module.launch(x).double(), ref(x.double()), rtol=1e-5, atol=1e-5)

@@ -16,8 +16,8 @@ from porter.codegen.errors import UnsupportedOpError
 from porter.commands.common import generated_candidate
 from porter.commands.common import generated_module
 from porter.commands.common import set_interpreter
-from porter.specs.kernelbench import kernelbench_problem
 from porter.specs import load_spec
+from porter.specs.kernelbench import kernelbench_problem
 
 HEADER = "import torch\nimport torch.nn as nn\n\n"
 

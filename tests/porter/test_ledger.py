@@ -12,7 +12,8 @@ from porter.ledger import candidate_key
 
 
 def _judge(ledger: Ledger, i: int, t: float | None, *, passed: bool = True,
-           label: str = "projected", tier: str = "interpreted", bucket: str = "4096x4096", target: str = "h100"):
+           label: str = "projected", tier: str = "interpreted", bucket: str = "4096x4096",
+           target: str = "h100"):
     numbers = {} if t is None else {"time_ms": t, "label": label}
     return ledger.judge(target=target, bucket=bucket, dtype="bf16", config={"num_warps": i},
                         src_hash=f"{i:064x}", tier=tier, passed=passed,

@@ -10,10 +10,10 @@ import pytest
 import torch
 
 import porter
-from porter.packs.loader import PackFallbackWarning
-from porter.packs.loader import load_pack
 from porter.packs.format import PackIntegrityError
 from porter.packs.format import PackPathError
+from porter.packs.loader import PackFallbackWarning
+from porter.packs.loader import load_pack
 from porter.packs.verify import manifest_sha256
 from porter.packs.verify import read_manifest
 from tests.porter.test_pack_helpers import make_pack

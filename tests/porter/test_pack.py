@@ -12,11 +12,11 @@ from click.testing import CliRunner
 from porter.packs.format import PackError
 from porter.packs.format import PackIntegrityError
 from porter.packs.format import bucket_distance
-from porter.packs.writer import check_out_dir
-from porter.packs.verify import read_manifest
 from porter.packs.format import shape_bucket
+from porter.packs.verify import read_manifest
 from porter.packs.verify import verify_files
 from porter.packs.verify import verify_pack
+from porter.packs.writer import check_out_dir
 from porter.packs.writer import write_pack
 from tests.porter.test_pack_helpers import make_pack
 from tests.porter.test_pack_helpers import point_outside

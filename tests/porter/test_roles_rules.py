@@ -87,7 +87,8 @@ def test_a_failure_at_odd_sizes_names_the_failing_input() -> None:
 
 
 @pytest.mark.parametrize("text, cls", [
-    ("compile error: triton.compiler.errors.CompilationError: at 3:4: NameError('x')", "undefined name"),
+    ("compile error: triton.compiler.errors.CompilationError: at 3:4: NameError('x')",
+     "undefined name"),
     ("compile error: out of resource: shared memory, Required: 300000", "resources"),
     ("compile error: PassManager::run failed", "backend"),
     ("compile error: something else entirely", "other"),

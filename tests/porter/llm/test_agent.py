@@ -19,8 +19,8 @@ from porter.llm.config import LLMConfig
 from porter.llm.record import read_exchanges
 from porter.llm.run import make_client
 from porter.llm.run import run_agent
-from porter.packs.verify import read_manifest
 from porter.packs.format import sha256_file
+from porter.packs.verify import read_manifest
 from porter.packs.verify import verify_pack
 from porter.roles import artifacts as art
 from tests.porter.llm.helpers import PLAN
