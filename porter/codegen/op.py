@@ -300,6 +300,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return config.get("strategy") == "tma_ws"
     if name == "IEEE":
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
+    if name == "TF32X3":
+        return bool(config.get("tf32x3", False))
     if name == "STAGES":  # the persistent row kernel's loop stages
         return int(config.get("num_stages", 1))
     if name == "HOIST":
@@ -593,7 +595,9 @@ def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:
 
 
 def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
-                subs: dict[sympy.Symbol, int]) -> GeneratedOp:
+                subs: dict[sympy.Symbol, int], tf32x3: bool = False) -> GeneratedOp:
+    """The matmul_epilogue family. tf32x3: the tiled kernel also takes a TF32X3 constexpr (fp32
+    operands as three tf32 products; matmul_rowwise's stages offer it)."""
     mm = next(n for n in g.live() if n.op == "mm")
     ka, (am, ak) = _operand(mm.args[0], (0, 1))
     kb, (bk, bn) = _operand(mm.args[1], (0, 1))
@@ -619,14 +623,15 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         k=sym_to_python(mnk["K"], g.symbols),
         a_strides=[f"inputs[{ka}].stride({am})", f"inputs[{ka}].stride({ak})"],
         b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
-        a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn),
+        a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn), tf32x3=tf32x3,
         heuristics=_heuristics_source(heuristics.tma_transposed, heuristics.matmul_default))
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
                        (*args.kinds, "i32", "i32", "i32", f"cstride:in{ka}:{am}",
                         f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}", f"cstride:in{kb}:{bn}"),
-                       ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE", "UPCAST"),
+                       ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE",
+                        *(("TF32X3",) if tf32x3 else ()), "UPCAST"),
                        ("tiled",), tuple(args.launch_exprs))
     # The persistent TMA kernel: descriptors typed per config ("desc:"), and whether each
     # operand is described transposed decided from the actual strides ("ctma:", a constexpr).
@@ -700,10 +705,15 @@ class MatmulRowwiseOp(GeneratedOp):
                       dtype: torch.dtype | None = None) -> list[dict[str, Any]]:
         """Each stage's space, pruned by `hw`, combined (`matmul_rowwise.combined_space`)."""
         per_stage = self.stage_inputs(self._inputs_for(shape))
-        return matmul_rowwise.combined_space(
-            [st.variant_space(hw, args, dtype) for st, args in zip(self.stages, per_stage,
-                                                                   strict=True)],
-            self.prefixes)
+        spaces = []
+        for i, (stage, args) in enumerate(zip(self.stages, per_stage, strict=True)):
+            space = stage.variant_space(hw, args, dtype)
+            if i < len(self.a_indices):
+                a = args[self.a_indices[i]]
+                eb = torch.empty((), dtype=dtype or a.dtype).element_size()
+                space = matmul_rowwise.with_tf32x3(space, hw, eb)
+            spaces.append(space)
+        return matmul_rowwise.combined_space(spaces, self.prefixes)
 
     def tma_layout_ok(self, inputs: Sequence[Any], elem_bytes: int) -> bool:
         return self.stages[0].tma_layout_ok(inputs, elem_bytes)
@@ -753,7 +763,8 @@ def _gen_matmul_rowwise(name: str, g: Graph, ex: tuple[Any, ...],
             op_i = _gen_rowwise(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs,
                                 "rowwise")
         else:
-            op_i = _gen_matmul(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs)
+            op_i = _gen_matmul(f"{name}_{tag}", graph, args_ex, KernelArgs(graph.symbols), subs,
+                               tf32x3=True)
         body = matmul_rowwise.part_body(op_i._source, resolve, fm, f"_S{i + 1}_", launcher)
         body = matmul_rowwise.drop_repeats(body, bodies, f"_s{i + 1}") if bodies else body
         bodies += body

@@ -274,3 +274,41 @@ def test_a_target_in_a_language_the_op_lacks_gets_no_kernel_and_says_why(
     assert by["m4"].failures == ("no Metal form of the rowwise family (it is emitted as "
                                  "triton): no kernel for m4",)
     assert res.pack_path is not None
+
+
+def test_fp32_stages_offer_tf32x3_on_nvidia_tensor_cores_only() -> None:
+    inputs = _inputs(gelu_softmax)
+    op = generate(gelu_softmax, inputs, name="mr_x3")
+    h100 = [c for c in op.variant_space(hwmodels.get("h100"), inputs) if c.get("tf32x3")]
+    assert h100 and all(c["ieee"] is False and c["strategy"] == "tiled" for c in h100)
+    assert all(c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"] for c in h100)
+    # Triton's HIP backend has no tf32x3; bf16 operands are on the tensor cores already
+    assert not any(c.get("tf32x3") for c in op.variant_space(hwmodels.get("mi300x"), inputs))
+    bf16 = _inputs(gelu_softmax, torch.bfloat16)
+    assert not any(c.get("tf32x3") for c in op.variant_space(hwmodels.get("h100"), bf16))
+    # the matmul_epilogue family's module has no such knob (its output is unchanged)
+    plain = generate(lambda x, w, b: F.gelu(F.linear(x, w, b)), inputs, name="mr_plain")
+    assert "TF32X3" not in plain.triton_module_source() and "TF32X3" in op.triton_module_source()
+    mod = load_generated_module(op.triton_module_source(), op.name, interpret=True)
+    got = mod.launch(*inputs, config={**op.default_config(None, inputs), **h100[0]})
+    torch.testing.assert_close(got.double(), _ref64(gelu_softmax, inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_tf32x3_cross_compiles_for_sm90_without_spills(tmp_path: Path) -> None:
+    targets = pytest.importorskip("targets")
+    x = torch.empty(1024, 8192, device="meta")
+    w = torch.empty(8192, 8192, device="meta")
+    b = torch.empty(8192, device="meta")
+    op = generate(gelu_softmax, _inputs(gelu_softmax), name="mr_x3_cc")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    cfg = {**op.default_config(hw, (x, w, b)), "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32,
+           "num_warps": 8, "num_stages": 3, "ieee": False, "tf32x3": True}
+    (ref, launch), = [r for r in op.kernel_refs((x, w, b), cfg, source_path=str(path))
+                      if "_mm_" in r[0].name]
+    assert ref.constexprs["TF32X3"] is True and ref.constexprs["IEEE"] is False
+    rep = targets.for_device(hw).compile(ref, launch, hw)
+    assert rep.fits, rep.reasons
+    assert rep.resources.spill_bytes == 0
+    assert "wgmma" in rep.artifacts["ptx"]  # on the tensor cores
