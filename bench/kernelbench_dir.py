@@ -8,9 +8,10 @@ run) exactly as ``porter check FILE`` does on a CPU: the file is loaded as-is, i
 reduced for the Triton interpreter, porter.codegen generates the kernel, and the harness runs
 its five stages. With ``--port TARGETS`` each file goes through ``porter port FILE --targets
 TARGETS`` instead (search, cross-compile for each target, the same judge; a pack per file under
-``packs/`` beside the output), and the row records the tier each target reached. One JSON line per file is appended to ``RESULTS.jsonl`` (next to the output)
-as soon as it is known, so an interrupted run continues where it stopped: files already in the
-jsonl are skipped. The markdown table is rewritten from the jsonl after every file.
+``packs/`` beside the output), and the row records the tier each target reached. One JSON line
+per file is appended to ``RESULTS.jsonl`` (next to the output) as soon as it is known, so an
+interrupted run continues where it stopped: files already in the jsonl are skipped. The
+markdown table is rewritten from the jsonl after every file.
 """
 
 from __future__ import annotations
@@ -97,7 +98,8 @@ def check_one(path: Path) -> dict[str, Any]:
         return row
     except Exception as exc:  # noqa: BLE001 - a traceback is itself the finding: record it
         row["template"] = row.get("template") or "not covered (crash)"
-        row.update(verdict="crash", failed_at=stage, reason=f"{type(exc).__name__}: {_one_line(exc)}")
+        row.update(verdict="crash", failed_at=stage,
+                   reason=f"{type(exc).__name__}: {_one_line(exc)}")
         return row
     del torch
     row["stages"] = [s.name for s in report.stages if s.passed]
@@ -125,8 +127,8 @@ def port_one(path: Path, targets: list[str], packs: Path) -> dict[str, Any]:
         row.update(verdict="fail", failed_at="port", reason=_one_line(exc), template="not covered")
         return row
     except Exception as exc:  # noqa: BLE001 - a traceback is itself the finding: record it
-        row.update(verdict="crash", failed_at="port", reason=f"{type(exc).__name__}: {_one_line(exc)}",
-                   template="?")
+        row.update(verdict="crash", failed_at="port",
+                   reason=f"{type(exc).__name__}: {_one_line(exc)}", template="?")
         return row
     tiers = {t.target: t.tier for t in result.targets}
     row["tiers"] = tiers
@@ -151,9 +153,11 @@ def run_file(path: Path, timeout: float, port_args: list[str] | None = None) -> 
     """One file in a fresh interpreter, with a wall-clock limit."""
     start = time.monotonic()
     cmd = [sys.executable, "-m", "bench.kernelbench_dir", "--one", str(path), *(port_args or [])]
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])))
+    paths = [str(REPO), os.environ.get("PYTHONPATH")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, paths)))
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO, env=env)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=REPO,
+                              env=env)
     except subprocess.TimeoutExpired:
         row = {"file": path.name, "kind": kb_family(path), "verdict": "timeout", "failed_at": "?",
                "reason": f"no result within {timeout:.0f}s", "template": "?"}
@@ -225,7 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--jobs", type=int, default=1, help="files checked at once (default 1)")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per file (default 600)")
     ap.add_argument("--port", metavar="TARGETS",
-                    help="run `porter port` for these targets (comma-separated) instead of the check")
+                    help="run `porter port` for these targets (comma-separated) instead of "
+                         "the check")
     ap.add_argument("--one", type=Path, help=argparse.SUPPRESS)  # the child's mode
     ap.add_argument("--packs", type=Path, help=argparse.SUPPRESS)  # the child's packs folder
     args = ap.parse_args(argv)
@@ -245,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.dir}: not a folder", file=sys.stderr)
         return 2
     files = sorted(args.dir.glob("*.py"), key=sort_key)
+    names = {f.name for f in files}
     jsonl = args.out.with_suffix(".jsonl")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     done = load_done(jsonl)
@@ -261,10 +267,10 @@ def main(argv: list[str] | None = None) -> int:
             with jsonl.open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(row) + "\n")
             rows[row["file"]] = row
-            write_table([r for name, r in rows.items() if name in {f.name for f in files}], args.out)
-            print(f"[{i}/{len(todo)}] {row['file']}: {verdict_text(row)[:120]} ({row['seconds']:.1f}s)",
-                  file=sys.stderr, flush=True)
-    write_table([r for name, r in rows.items() if name in {f.name for f in files}], args.out)
+            write_table([r for name, r in rows.items() if name in names], args.out)
+            print(f"[{i}/{len(todo)}] {row['file']}: {verdict_text(row)[:120]} "
+                  f"({row['seconds']:.1f}s)", file=sys.stderr, flush=True)
+    write_table([r for name, r in rows.items() if name in names], args.out)
     return 0
 
 

@@ -42,7 +42,9 @@ def parse_case(text: str) -> tuple[str, tuple[int, ...], str]:
     """"softmax:8192x5120:bf16" -> ("softmax", (8192, 5120), "bf16")."""
     parts = text.split(":")
     if len(parts) != 3 or parts[2] not in DTYPES:
-        raise SystemExit(f"sweep: case {text!r} is not OP:SHAPE:DTYPE (e.g. softmax:4096x4096:bf16)")
+        raise SystemExit(
+            f"sweep: case {text!r} is not OP:SHAPE:DTYPE (e.g. softmax:4096x4096:bf16)"
+        )
     return parts[0], tuple(int(s) for s in parts[1].split("x")), parts[2]
 
 
@@ -146,8 +148,8 @@ def sweep_case(case: tuple[str, tuple[int, ...], str], hw: Any, where: dict[str,
     for j, part in enumerate(parts):
         for k, err in enumerate(part):
             errors[j + k * jobs] = err
-    print(f"[{op_name} {shape} {dname}] {len(configs)} configs compiled in {time.time() - t0:.0f} s "
-          f"({jobs} workers)", flush=True)
+    print(f"[{op_name} {shape} {dname}] {len(configs)} configs compiled in "
+          f"{time.time() - t0:.0f} s ({jobs} workers)", flush=True)
 
     module = load_generated_module(source, f"sweep_{op_name}", interpret=False)
     dev = torch.device("cuda")

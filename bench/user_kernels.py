@@ -101,7 +101,8 @@ def bench_one(spec_path: Path, shape: tuple[int, int], dtype: Any, hw: Any, out:
     from porter.packs.loader import load_pack
     from porter.port import port
     from porter.specs import load_spec
-    from porter.user_kernel import SHIPPED, launch_user
+    from porter.user_kernel import SHIPPED
+    from porter.user_kernel import launch_user
 
     spec = load_spec(spec_path)
     run = out / "runs" / f"{spec.name}-{shape[0]}x{shape[1]}"

@@ -36,7 +36,9 @@ def _has_gpu() -> bool:
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if item.get_closest_marker("gpu") is not None and not _has_gpu():
-        pytest.skip("needs a CUDA/ROCm GPU; this machine has none (torch.cuda.is_available() is False)")
+        pytest.skip(
+            "needs a CUDA/ROCm GPU; this machine has none (torch.cuda.is_available() is False)"
+        )
 
 
 @pytest.fixture(autouse=True)

@@ -16,7 +16,9 @@ INTERPRET_SHAPES = [(7, 129), (33, 1000), (4, 4097), (16, 1024)]
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
 
-def reference(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def reference(
+    x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     r = x + residual
     return F.rms_norm(r, (r.shape[-1],), weight, eps=EPS), r
 
@@ -31,7 +33,8 @@ def make_inputs(shape, dtype, device, generator):
 
 def BYTES(inputs, outputs) -> int:
     x, _res, w = inputs
-    return 4 * x.numel() * x.element_size() + w.numel() * w.element_size()  # read x, res; write y, r
+    # read x, res; write y, r
+    return 4 * x.numel() * x.element_size() + w.numel() * w.element_size()
 
 
 def FLOPS(inputs, outputs) -> int:

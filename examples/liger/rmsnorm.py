@@ -21,7 +21,8 @@ TRITON_LAUNCHER = "liger_kernel.ops.rms_norm:rms_norm_forward"
 
 
 def TRITON_CALL(launcher, x, w):
-    # rms_norm_forward(X, W, eps, offset, casting_mode, row_mode) -> (Y, X, RSTD, BLOCK, warps, mode)
+    # rms_norm_forward(X, W, eps, offset, casting_mode, row_mode)
+    #   -> (Y, X, RSTD, BLOCK, warps, mode)
     return launcher(x, w, 1e-6, 0.0, "gemma", None)[0]
 
 

@@ -84,7 +84,9 @@ def rmsnorm_forward(
     if weight.device != x.device:
         raise ValueError(f"weight is on {weight.device}, x on {x.device}")
     if n_cols > MAX_FUSED_COLS:
-        raise ValueError(f"n_cols={n_cols} > {MAX_FUSED_COLS}: this kernel keeps a row in one block")
+        raise ValueError(
+            f"n_cols={n_cols} > {MAX_FUSED_COLS}: this kernel keeps a row in one block"
+        )
     if out is not None and (out.shape != x.shape or out.dtype != x.dtype):
         raise ValueError(
             f"out must match x: got {tuple(out.shape)} {out.dtype}, want {tuple(x.shape)} {x.dtype}"
@@ -121,7 +123,7 @@ def rmsnorm_reference(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) 
 
 
 def check() -> None:
-    """Compare the kernel with the reference on an odd shape (run with TRITON_INTERPRET=1 on CPU)."""
+    """Compare the kernel with the reference on an odd shape (TRITON_INTERPRET=1 on a CPU)."""
     device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator(device="cpu").manual_seed(0)
     x = torch.randn(37, 781, generator=gen).to(device)

@@ -43,7 +43,11 @@ def make_inputs(shape, dtype, device, generator):
     # size a problem without allocating), where .item() has no value to read.
     start = int(torch.randint(0, 4096, (1,), generator=generator, device=generator.device).item())
     cos, sin = rotary_cos_sin(start + tokens, head_dim)
-    return (x, cos[start:].to(device=device, dtype=dtype), sin[start:].to(device=device, dtype=dtype))
+    return (
+        x,
+        cos[start:].to(device=device, dtype=dtype),
+        sin[start:].to(device=device, dtype=dtype),
+    )
 
 
 def BYTES(inputs, outputs) -> int:

@@ -11,6 +11,7 @@ from porter.specs import load_spec
 
 ROOT = Path(__file__).resolve().parents[2]
 SPECS = sorted((ROOT / "examples").glob("*/spec.py"))
+CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("path", SPECS, ids=lambda p: p.parent.name)
@@ -30,7 +31,7 @@ def test_reference_runs_on_interpret_shapes(path: Path) -> None:
 
 def test_add_rmsnorm_has_two_outputs() -> None:
     spec = load_spec(ROOT / "examples/add_rmsnorm")
-    x, res, w = spec.make_inputs((7, 129), torch.float32, torch.device("cpu"), torch.Generator().manual_seed(0))
+    x, res, w = spec.make_inputs((7, 129), torch.float32, CPU, torch.Generator().manual_seed(0))
     y, r = spec.reference(x, res, w)
     torch.testing.assert_close(r, x + res)
     assert y.shape == x.shape
@@ -39,7 +40,7 @@ def test_add_rmsnorm_has_two_outputs() -> None:
 def test_rotary_matches_complex_rotation() -> None:
     # Independent formulation: rotate pairs (x_i, x_{i+d/2}) by angle pos * theta_i.
     spec = load_spec(ROOT / "examples/rotary")
-    x, cos, sin = spec.make_inputs((5, 2, 8), torch.float64, torch.device("cpu"), torch.Generator().manual_seed(0))
+    x, cos, sin = spec.make_inputs((5, 2, 8), torch.float64, CPU, torch.Generator().manual_seed(0))
     half = x.shape[-1] // 2
     z = torch.complex(x[..., :half], x[..., half:])
     rot = torch.complex(cos[:, None, :half], sin[:, None, :half])
@@ -49,6 +50,7 @@ def test_rotary_matches_complex_rotation() -> None:
 
 def test_cross_entropy_targets_are_random_class_ids() -> None:
     spec = load_spec(ROOT / "examples/cross_entropy")
-    _logits, target = spec.make_inputs((33, 1000), torch.bfloat16, torch.device("cpu"), torch.Generator().manual_seed(0))
+    gen = torch.Generator().manual_seed(0)
+    _logits, target = spec.make_inputs((33, 1000), torch.bfloat16, CPU, gen)
     assert target.dtype == torch.int64 and 0 <= int(target.min()) and int(target.max()) < 1000
     assert target.unique().numel() > 10
