@@ -296,8 +296,10 @@ class KernelBenchProblem:
         reduced = {v for v, o in zip(shape, self.original) if v != o}
         value = {v: v - 1 for v in reduced if v > MIN_REDUCIBLE and v % 2 == 0}
         odd = tuple(value.get(v, v) for v in shape)
-        if odd == tuple(shape):
-            return odd
+        if odd == tuple(shape) or len(set(odd)) < len(set(shape)):
+            # nothing to make odd, or two different sizes would merge (a tracer gives equal
+            # sizes one symbol)
+            return tuple(shape)
         # whether one model serves the sizes built so far (None: fewer than two to tell)
         built = sum(k[0] == "model" for k in self._models)
         generic = None if built < 2 else self._size_independent_model() is not None
