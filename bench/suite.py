@@ -77,6 +77,8 @@ UNSEEN: dict[str, dict[str, Any]] = {
     "softmax": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": [(3000, 6144)]},
     "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": []},  # ported in bf16 only
 }
+EVENTS_METHOD = ("CUDA events with a device-side head start (host launch overhead excluded for "
+                 "all providers)")
 UNSEEN_TARGET_PCT = 85.0  # issue 31: unseen rows >= 64 MB at >= 85% of copy bandwidth
 MEMORY_BOUND = [op for op in OPS if op != "matmul_bias_gelu"]
 BIG_BYTES = 64 * 2**20  # the 90%-of-copy-bandwidth target applies at working sets >= 64 MB
@@ -155,8 +157,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
             table.append([op, "x".join(map(str, shape)), dtype, "FAILED"] + [""] * 8)
             continue
 
-        def sp(name: str) -> float | None:
-            v = ours["speedup"].get(name)
+        def sp(name: str, _ours: dict[str, Any] = ours) -> float | None:
+            v = _ours["speedup"].get(name)
             return v[0] if v else None
 
         s_eager, s_comp, s_liger = sp("eager"), sp("compile"), sp("liger")
@@ -221,7 +223,8 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
               "- no rows timed against Liger (not installed, or no op it has)"]
     if worst_vs_liger:
         w = min(worst_vs_liger)
-        lines.append(f"- worst row vs Liger: {w[0]:.3f}x ({w[1]} {'x'.join(map(str, w[2]))} {w[3]}; "
+        lines.append(f"- worst row vs Liger: {w[0]:.3f}x ({w[1]} {'x'.join(map(str, w[2]))} "
+                     f"{w[3]}; "
                      "target: never more than 3% behind, i.e. >= 0.97x)")
     lines.append("- memory-bound rows >= 64 MB under 90% of measured copy bandwidth: " +
                  ("none" if not big_misses else "; ".join(big_misses)))
@@ -420,10 +423,12 @@ def main(argv: list[str] | None = None) -> int:
             # a copy run from `git archive` (e.g. on a GPU machine) names its commit in
             # PORTER_GIT_REV; that wins over whatever repository encloses the copy
             "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
-            "method": f"harness.bench_op: providers interleaved in one process (a fresh order every repetition), "
-                      f"{'CUDA graphs' if args.graph else 'CUDA events with a device-side head start (host launch overhead excluded for all providers)'}, "
-                      f"LLC flushed every repetition (a buffer of 2x LLC written, then read: no dirty "
-                      f"lines left for the timed kernel to write back), median of {args.reps} reps, "
+            "method": "harness.bench_op: providers interleaved in one process (a fresh order "
+                      "every repetition), "
+                      f"{'CUDA graphs' if args.graph else EVENTS_METHOD}, "
+                      "LLC flushed every repetition (a buffer of 2x LLC written, then read: no "
+                      "dirty lines left for the timed kernel to write back), median of "
+                      f"{args.reps} reps, "
                       "random normal inputs; our kernels loaded from the pack `porter port` wrote "
                       "on this device",
             "liger": _liger_version(),
@@ -434,7 +439,8 @@ def main(argv: list[str] | None = None) -> int:
     ops = [o.strip() for o in args.ops.split(",") if o.strip()]
     unknown = [o for o in ops if o not in OPS]
     if unknown:
-        print(f"unknown op(s) {', '.join(unknown)}; the suite has {', '.join(OPS)}", file=sys.stderr)
+        print(f"unknown op(s) {', '.join(unknown)}; the suite has {', '.join(OPS)}",
+              file=sys.stderr)
         return 2
     all_rows, done = resume_rows(rows_path, meta)
     if done:

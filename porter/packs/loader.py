@@ -136,11 +136,11 @@ def ensure_interpreter_ready() -> str | None:
     """
     if "triton.language" not in sys.modules:
         with triton_interpret(True):
-            import triton.language  # noqa: F401 - imported for its import-time decision
-
-            # Triton's code generator imports gluon, which asserts at import that tl's library
-            # functions are JITFunctions unless the interpreter is on: import it now, too, or the
-            # first cross-compile after this fails with a bare AssertionError.
+            # triton.language first, for its import-time decision; then Triton's code generator,
+            # which imports gluon, which asserts at import that tl's library functions are
+            # JITFunctions unless the interpreter is on: import it now, too, or the first
+            # cross-compile after this fails with a bare AssertionError.
+            import triton.language  # noqa: F401, I001
             import triton.compiler.code_generator  # noqa: F401
         return None
     import triton.language as tl
@@ -483,7 +483,8 @@ class PackedOp:
         """What a call with these inputs would run, and why. Never raises for a bad fit."""
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is None:
-            return Choice(None, None, False, "no tensor input to pick a device, bucket and dtype from")
+            return Choice(None, None, False,
+                          "no tensor input to pick a device, bucket and dtype from")
         dtype = dtype_name(first.dtype)
         bucket = shape_bucket(first.shape)
         asked = f"{bucket}/{dtype}"
@@ -602,7 +603,8 @@ class PackedOp:
                 lines.append(f"runs the reference op instead of the kernel ({c.reason}): "
                              f"{c.reference_why}")
             else:
-                mode = " under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret else ""
+                mode = (" under the Triton INTERPRETER on CPU (correct, not fast)" if c.interpret
+                        else "")
                 if c.bucket["file"].endswith(".metal"):
                     mode = (" on the CPU Metal executor (correct, not fast)" if c.interpret
                             else " through PyTorch's MPS backend")
