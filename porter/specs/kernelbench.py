@@ -259,6 +259,42 @@ class KernelBenchProblem:
         return ", ".join(parts)
 
     def reduce(self, budget: int = INTERPRET_ELEMENT_BUDGET, cap: int = INTERPRET_SIZE_CAP) -> Shape:
+        """Sizes for the interpreter tier (see `_reduce`). A reduced size that lands on the value
+        of a size the file keeps as written (out_features 8192 -> 256 = num_groups 256) is
+        stepped back up (x2) off it where the file can take that (run once at those sizes): the
+        reference is traced at these sizes, and a tracer may tie equal sizes together."""
+        shape = self._reduce(budget, cap)
+        apart = self._apart(shape)
+        if apart != shape and self._runs(apart):
+            return apart
+        return shape
+
+    def _apart(self, shape: Shape) -> Shape:
+        value = dict(zip(self.original, shape))
+        kept = {v for o, v in value.items() if o == v}
+        moved = {}
+        for o, v in value.items():
+            if v != o and v > MIN_REDUCIBLE and v in kept:
+                while v < o and v in kept:
+                    v = _keep_parity(min(o, v * 2), o)
+                moved[o] = v
+        return tuple(moved.get(o, v) for o, v in zip(self.original, shape))
+
+    def _runs(self, shape: Shape) -> bool:
+        """Whether the file's model builds and runs at `shape` (small sizes: on the CPU)."""
+        inputs: tuple[Any, ...] = ()
+        try:
+            inputs = self.make_inputs(shape, torch.float32, torch.device("cpu"),
+                                      torch.Generator().manual_seed(0))
+            with torch.no_grad():
+                self.reference(*inputs)
+        except Exception as exc:  # noqa: BLE001 - the file's own constraint
+            log.debug("%s: sizes %s do not fit the file (%s)", self.path, shape, exc)
+            self._forget(shape, inputs)
+            return False
+        return True
+
+    def _reduce(self, budget: int, cap: int) -> Shape:
         """Sizes for the interpreter tier: capped, then halved until the inputs fit `budget`.
 
         Sizes that are equal in the file stay equal (``batch_size == input_shape[0]`` may be

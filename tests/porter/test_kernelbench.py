@@ -381,3 +381,34 @@ def test_odd_sizes_leave_the_sizes_the_file_keeps(tmp_path: Path) -> None:
         assert dict(zip(spec.shape_names, shape))["num_groups"] == 16
     # one model serves every size the judge uses
     assert kernelbench_problem(spec)._size_independent_model() is not None
+
+
+def test_a_reduced_size_is_kept_off_a_size_the_file_keeps(tmp_path: Path) -> None:
+    # KernelBench 88 (level 2): out_features 8192 reduced to 256 landed on num_groups = 256; the
+    # reference is traced at the smallest sizes, where a tracer may tie the two, and the
+    # kernel's output then had the group count's width at the other sizes
+    p = tmp_path / "88_Gemm_GroupNorm.py"
+    p.write_text(
+        "import torch\n"
+        "import torch.nn as nn\n"
+        "class Model(nn.Module):\n"
+        "    def __init__(self, in_features, out_features, num_groups):\n"
+        "        super().__init__()\n"
+        "        self.gemm = nn.Linear(in_features, out_features)\n"
+        "        self.gn = nn.GroupNorm(num_groups, out_features)\n"
+        "    def forward(self, x):\n"
+        "        return torch.sigmoid(self.gn(self.gemm(x)))\n"
+        "batch_size = 1024\n"
+        "in_features = 8192\n"
+        "out_features = 8192\n"
+        "num_groups = 256\n"
+        "def get_inputs():\n"
+        "    return [torch.rand(batch_size, in_features)]\n"
+        "def get_init_inputs():\n"
+        "    return [in_features, out_features, num_groups]\n"
+    )
+    spec = load_spec(p)
+    for shape in (*spec.interpret_shapes, *spec.odd_shapes):
+        sizes = dict(zip(spec.shape_names, shape))
+        assert sizes["num_groups"] == 256 and sizes["out_features"] not in (256, 8192)
+        assert sizes["out_features"] % 256 == 0  # the file's own constraint still holds
