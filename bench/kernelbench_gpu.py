@@ -82,8 +82,8 @@ REPO = Path(__file__).resolve().parents[1]
 # checked at full size, against a float64 reference twice their size). The 77 files covered on
 # 2026-11-26 (45 of level 1, 32 of level 2) are then 15-20 minutes: more than one command on
 # the device may run (10 minutes), so the run starts no file after DEFAULT_TIME_BUDGET_S (~8
-# minutes: about 35-40 files) and the same command continues it. Coverage is decided once, in parallel on the CPU
-# cores (~1-2 minutes on 16 cores), and reused.
+# minutes: about 35-40 files) and the same command continues it. Coverage is decided once, in
+# parallel on the CPU cores (~1-2 minutes on 16 cores), and reused.
 DEFAULT_MAX_VARIANTS = 4
 DEFAULT_TIME_BUDGET_S = 480.0
 DEFAULT_GPU_JOBS = 2  # the next file's CPU-only start overlaps this one's GPU work

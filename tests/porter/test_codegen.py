@@ -367,7 +367,8 @@ def test_looped_layernorm_var1_keeps_its_sums_in_each_thread() -> None:
                config={"strategy": "looped", "ROWS": 1, "BLOCK_N": 128, "num_warps": 1,
                        "VAR1": True}, use_out=True)
     src = op.triton_module_source()
-    (branch,) = _var1_branches("\n".join(_kernel_body(src, "_layernorm_looped_lanes_looped_kernel")))
+    body = _kernel_body(src, "_layernorm_looped_lanes_looped_kernel")
+    (branch,) = _var1_branches("\n".join(body))
     loop = branch[branch.index("for start in range("):branch.index("tl.reduce((")]
     assert "[ROWS, BLOCK_N // LANES, LANES // VEC, VEC]" in loop
     assert "[:, None]" not in loop.split("mask = ", 1)[1]  # no row-wide reduction in the loop

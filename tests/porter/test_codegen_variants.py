@@ -131,7 +131,8 @@ def test_fusion_report_counts_bytes(rms_op) -> None:
     n, b = 8 * 4096, 2
     # fused: x and w read once, y written once
     assert rep.bytes_fused == (n + 4096 + n) * b
-    assert rep.bytes_unfused > rep.bytes_fused and rep.bytes_saved == rep.bytes_unfused - rep.bytes_fused
+    assert rep.bytes_unfused > rep.bytes_fused
+    assert rep.bytes_saved == rep.bytes_unfused - rep.bytes_fused
     assert rep.kernels == 1 and {"mean.dim", "rsqrt"} <= set(rep.ops)
     assert "fused into 1 rowwise kernel" in rep.text
 
@@ -214,4 +215,5 @@ def test_looped_online_softmax_configs_name_lanes_for_the_warp_width() -> None:
                               for c in looped), name
     rms = generate(rmsnorm, (torch.randn(8, 65536, dtype=torch.bfloat16),
                              torch.randn(65536, dtype=torch.bfloat16)), name="rms_lanes")
-    assert not any("LANES" in c for c in rms.variant_space(hwmodels.get("h100"), rms.example_inputs))
+    space = rms.variant_space(hwmodels.get("h100"), rms.example_inputs)
+    assert not any("LANES" in c for c in space)

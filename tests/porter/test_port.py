@@ -429,7 +429,8 @@ def test_time_budget_trims_later_units_to_what_is_left() -> None:
     (("odd_sizes: output 0: 3 of 9 elements are NaN/Inf where the reference is finite (input "
       "'random', shape (1023, 7), dtype fp16, seed 0x2)"),
      "failed odd_sizes at fp16 (NaN/Inf where the reference is finite)"),
-    ("interpreted check crashed (exit -11): a | b | Segmentation fault", "crashed (Segmentation fault)"),
+    ("interpreted check crashed (exit -11): a | b | Segmentation fault",
+     "crashed (Segmentation fault)"),
     (("its first run at (4096, 4096) did not finish in 300 s: taken to be hung (a CUDA kernel "
       "cannot be stopped from the host)"), "hung"),
 ], ids=["registers", "smem-at-judge-shape", "sweep", "nan", "crash", "hung"])

@@ -1,4 +1,7 @@
-"""bench/port_budget.py's arithmetic and its refusal without a GPU (the ports themselves need one)."""
+"""bench/port_budget.py's arithmetic and its refusal without a GPU.
+
+The ports themselves need one.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`porter port` with the spec's own TRITON_KERNEL as extra candidates (issue 4's starting point)."""
+"""`porter port` with the spec's own TRITON_KERNEL as extra candidates.
+
+This is issue 4's starting point.
+"""
 
 from __future__ import annotations
 
@@ -60,7 +63,8 @@ def existing_spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     shutil.copyfile(ROOT / "examples" / "rmsnorm" / "kernel.py", folder / "kernel.py")
     src = (ROOT / "examples" / "rmsnorm" / "spec.py").read_text()
-    src = src.replace("SHAPES = [(4096, 4096)", "SHAPES = [(4096, 4096)]  # test\n_ALL = [(4096, 4096)")
+    src = src.replace("SHAPES = [(4096, 4096)",
+                      "SHAPES = [(4096, 4096)]  # test\n_ALL = [(4096, 4096)")
     src = src.replace("INTERPRET_SHAPES = [(7, 129), (33, 1000), (4, 4097), (16, 1024)]",
                       "INTERPRET_SHAPES = [(7, 129), (3, 64)]")
     src = src.replace("DTYPES = [torch.bfloat16, torch.float16, torch.float32]",

@@ -37,8 +37,8 @@ class RowsGenerated(FakeGenerated):
 
 
 class FakeCheck:
-    """Stands in for `porter.judge.interpreted.interpreted_check`: passes the configs `passes` accepts,
-    fails the others with a sweep mismatch, and counts what it was asked to check."""
+    """Stands in for `porter.judge.interpreted.interpreted_check`: passes the configs `passes`
+    accepts, fails the others with a sweep mismatch, and counts what it was asked to check."""
 
     def __init__(self, passes: Any = lambda config: True) -> None:
         self.passes = passes

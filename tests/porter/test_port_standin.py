@@ -7,8 +7,6 @@ independently of the template code generator; test_port.py runs the real generat
 from __future__ import annotations
 
 import json
-import os
-import sys
 from pathlib import Path
 from typing import Any
 
