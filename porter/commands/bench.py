@@ -23,7 +23,6 @@ import click
 import torch
 
 from porter.commands.common import Exit
-from targets.dtypes import dtype_name
 from porter.commands.common import fail
 from porter.commands.common import generated_candidate
 from porter.commands.common import generated_module
@@ -33,6 +32,7 @@ from porter.commands.common import parse_shape
 from porter.commands.common import rows_of
 from porter.commands.common import set_interpreter
 from porter.errors import PorterError
+from targets.dtypes import dtype_name
 
 BASELINES = ("eager", "compile")
 # The repository checkout that holds this package when it runs from one (bench/ lives there).
@@ -41,10 +41,14 @@ CHECKOUT = Path(__file__).resolve().parents[2]
 
 @click.command("bench")
 @click.argument("spec_path", metavar="SPEC", type=click.Path())
-@click.option("--baselines", default="eager,compile", show_default=True, help="comma list of eager, compile.")
-@click.option("--shape", "shape_texts", multiple=True, help="e.g. 4096x4096 (repeatable; default: the spec's).")
-@click.option("--dtype", "dtype_names", multiple=True, help="fp32, fp16, bf16 (default: the spec's first).")
-@click.option("--reps", default=100, show_default=True, type=click.IntRange(min=1), help="timed repetitions.")
+@click.option("--baselines", default="eager,compile", show_default=True,
+              help="comma list of eager, compile.")
+@click.option("--shape", "shape_texts", multiple=True,
+              help="e.g. 4096x4096 (repeatable; default: the spec's).")
+@click.option("--dtype", "dtype_names", multiple=True,
+              help="fp32, fp16, bf16 (default: the spec's first).")
+@click.option("--reps", default=100, show_default=True, type=click.IntRange(min=1),
+              help="timed repetitions.")
 @click.option("--target", default=None, help="hardware model to project for when there is no GPU.")
 @click.option("--pack", "pack_path", default=None, type=click.Path(exists=True),
               help="pack folder from `porter port` (its tuned per-shape configs are used).")
@@ -55,9 +59,9 @@ CHECKOUT = Path(__file__).resolve().parents[2]
               "cluster, or the scheduler at ADDRESS); needs kernel-porter[fleet].")
 @click.option("--store", "store_path", default="runs/results.sqlite", show_default=True,
               help="with --cluster: the one results store every worker's results go to.")
-def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtype_names: tuple[str, ...],
-              reps: int, target: str | None, pack_path: str | None, suite: bool,
-              cluster: str | None, store_path: str) -> None:
+def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...],
+              dtype_names: tuple[str, ...], reps: int, target: str | None,
+              pack_path: str | None, suite: bool, cluster: str | None, store_path: str) -> None:
     """Benchmark the ported kernel for SPEC against eager and torch.compile."""
     if cluster is not None:
         if not suite:
@@ -69,8 +73,9 @@ def bench_cmd(spec_path: str, baselines: str, shape_texts: tuple[str, ...], dtyp
         base = tuple(b.strip() for b in baselines.split(",") if b.strip())
         bad = [b for b in base if b not in BASELINES]
         if bad:
-            raise click.BadParameter(f"unknown baseline(s) {bad}; choose from {', '.join(BASELINES)}",
-                                     param_hint="--baselines")
+            raise click.BadParameter(
+                f"unknown baseline(s) {bad}; choose from {', '.join(BASELINES)}",
+                param_hint="--baselines")
         shapes = tuple(parse_shape(s) for s in shape_texts) or None
         code = run_bench(spec_path, baselines=base, shapes=shapes, dtypes=parse_dtypes(dtype_names),
                          reps=reps, target=target, pack_path=pack_path)
@@ -129,7 +134,8 @@ def _suite_main() -> Any:
     return main
 
 
-def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple[int, ...], ...] | None,
+def run_bench(spec_path: str, *, baselines: tuple[str, ...],
+              shapes: tuple[tuple[int, ...], ...] | None,
               dtypes: tuple[torch.dtype, ...] | None, reps: int, target: str | None,
               pack_path: str | None) -> Exit:
     """Benchmark (GPU) or project (CPU) and print. Returns the exit code; raises PorterError."""
@@ -148,8 +154,8 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
     detection = hwmodels.detect()
     hw = hwmodels.get(target) if target else detection.model
     if hw is None:
-        raise PorterError(f"GPU {detection.device_name!r} has no hardware model ({detection.reason}); "
-                          "pass --target with the nearest known device")
+        raise PorterError(f"GPU {detection.device_name!r} has no hardware model "
+                          f"({detection.reason}); pass --target with the nearest known device")
     _op, module = generated_module(spec, interpret=False)
     if pack_path is not None:
         from porter.packs.loader import load_pack
@@ -176,11 +182,13 @@ def run_bench(spec_path: str, *, baselines: tuple[str, ...], shapes: tuple[tuple
     for row in rows:
         if row.provider != "ported" or row.median_ms is None:
             continue
-        dtype = next(d for d in dts if dtype_name(d) == row.dtype) if row.dtype in {dtype_name(d) for d in dts} else dts[0]
+        dtype = next((d for d in dts if dtype_name(d) == row.dtype), dts[0])
         proj = project(row.bytes_moved, row.flops, hw, dtype, grid=rows_of(row.shape),
                        math_unit=math_unit(_op))
-        click.echo(f"  {'x'.join(map(str, row.shape)):>16} {row.dtype}: measured {row.median_ms:.4f} ms, "
-                   f"projected {proj.time_ms:.4f} ms ({proj.bound}-bound), error {error_pct(proj, row.median_ms):+.1f}%")
+        error = error_pct(proj, row.median_ms)
+        click.echo(f"  {'x'.join(map(str, row.shape)):>16} {row.dtype}: "
+                   f"measured {row.median_ms:.4f} ms, "
+                   f"projected {proj.time_ms:.4f} ms ({proj.bound}-bound), error {error:+.1f}%")
     return Exit.OK
 
 
@@ -202,15 +210,16 @@ def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[tor
     example = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"),
                                torch.Generator().manual_seed(0))
     op = generate(spec.reference, tuple(example), name=spec.name)
-    click.echo("No GPU on this machine: timing needs a GPU (CUDA events on the device; CPU wall-clock "
-               "numbers would say nothing about a GPU kernel). Nothing was measured.")
+    click.echo("No GPU on this machine: timing needs a GPU (CUDA events on the device; "
+               "CPU wall-clock numbers would say nothing about a GPU kernel). "
+               "Nothing was measured.")
     if target:
         models = [hwmodels.get(target)]
     else:
         detected = hwmodels.detect().model
         models = [detected] if detected is not None else hwmodels.all_models()
-    click.echo("Projected times instead (labelled projected; from bytes/FLOPs and the hardware model, "
-               "grid assumed one program per row):")
+    click.echo("Projected times instead (labelled projected; from bytes/FLOPs and the hardware "
+               "model, grid assumed one program per row):")
     for hw in models:
         for shape in shapes:
             for dtype in dts:
@@ -219,11 +228,11 @@ def _project_only(spec: Any, shapes: tuple[tuple[int, ...], ...], dts: tuple[tor
                     proj = project(nbytes, flops, hw, dtype, grid=rows_of(shape),
                                    math_unit=math_unit(op))
                 except ValueError as exc:  # e.g. a device with no FLOP rate for this dtype
-                    click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} {dtype_name(dtype)}: "
-                               f"no projection ({exc})")
+                    click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} "
+                               f"{dtype_name(dtype)}: no projection ({exc})")
                     continue
                 gbps = nbytes / (proj.time_ms * 1e-3) / 1e9
-                click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} {dtype_name(dtype)}: "
-                           f"{proj.time_ms:9.4f} ms projected ({proj.bound}-bound, {nbytes / 1e6:.1f} MB, "
-                           f"{gbps:.0f} GB/s)")
+                click.echo(f"  {hw.name:<10} {spec.describe_shape(shape):>24} "
+                           f"{dtype_name(dtype)}: {proj.time_ms:9.4f} ms projected "
+                           f"({proj.bound}-bound, {nbytes / 1e6:.1f} MB, {gbps:.0f} GB/s)")
     return Exit.OK
