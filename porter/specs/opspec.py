@@ -172,7 +172,7 @@ class OpSpec:
         if self.size_note is not None:
             return self.size_note(shape)
         if self.shape_names and len(self.shape_names) == len(shape):
-            return ", ".join(f"{n}={v}" for n, v in zip(self.shape_names, shape))
+            return ", ".join(f"{n}={v}" for n, v in zip(self.shape_names, shape, strict=True))
         return "x".join(str(d) for d in shape)
 
 
@@ -247,10 +247,13 @@ def validate(spec: OpSpec) -> None:
         inputs = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"), gen)
     except Exception as exc:  # noqa: BLE001 - user code; report it in one line
         raise SpecError(
-            p, f"make_inputs{spec.smoke_shape} raised {type(exc).__name__}: {exc}{line_of(exc, spec.path)}"
+            p,
+            f"make_inputs{spec.smoke_shape} raised {type(exc).__name__}: {exc}"
+            f"{line_of(exc, spec.path)}",
         ) from None
     if not isinstance(inputs, (tuple, list)):
-        raise SpecError(p, f"make_inputs must return a tuple of inputs, got {type(inputs).__name__}")
+        raise SpecError(
+            p, f"make_inputs must return a tuple of inputs, got {type(inputs).__name__}")
     try:
         sig = inspect.signature(spec.reference)
     except (TypeError, ValueError):
@@ -262,8 +265,8 @@ def validate(spec: OpSpec) -> None:
             params = ", ".join(sig.parameters)
             raise SpecError(
                 p,
-                f"make_inputs returns {len(inputs)} input(s) but reference({params}) does not accept "
-                f"them: {exc}",
+                f"make_inputs returns {len(inputs)} input(s) but reference({params}) "
+                f"does not accept them: {exc}",
                 "make_inputs must return exactly the reference's positional arguments, in order",
             ) from None
     try:
