@@ -77,12 +77,13 @@ class KernelBenchProblem:
         if len(shape) != len(self.size_names):
             raise SpecError(
                 self.path,
-                f"shape {shape} has {len(shape)} sizes; this file's sizes are {', '.join(self.size_names)}",
+                f"shape {shape} has {len(shape)} sizes; "
+                f"this file's sizes are {', '.join(self.size_names)}",
             )
         mod = self._modules.get(shape)
         if mod is None:
             src = self.source if shape == self.original else _rewrite_sizes(
-                self.source, dict(zip(self.size_names, shape))
+                self.source, dict(zip(self.size_names, shape, strict=True))
             )
             mod = import_file(self.path, source=src, tag="kernelbench")
             for attr in ("Model", "get_inputs", "get_init_inputs"):
@@ -102,7 +103,8 @@ class KernelBenchProblem:
                     torch.manual_seed(PARAM_SEED)
                     m = mod.Model(*mod.get_init_inputs())
             except Exception as exc:  # noqa: BLE001 - user file; one line
-                raise SpecError(self.path, f"Model(*get_init_inputs()) failed: {type(exc).__name__}: {exc}") from None
+                raise SpecError(self.path, f"Model(*get_init_inputs()) failed: "
+                                f"{type(exc).__name__}: {exc}") from None
             m.eval()
             self._models[key] = m
         return m
@@ -144,8 +146,9 @@ class KernelBenchProblem:
             model = self._find_model(inputs)
         names = [name for name, _ in list(model.named_parameters()) + list(model.named_buffers())]
         if len(names) != len(params):
-            raise SpecError(self.path, f"reference got {len(params)} parameter tensor(s), the model has {len(names)}")
-        by_name = dict(zip(names, params))
+            raise SpecError(self.path, f"reference got {len(params)} parameter tensor(s), "
+                            f"the model has {len(names)}")
+        by_name = dict(zip(names, params, strict=True))
         # Attributes that are a parameter's shape (LayerNorm's normalized_shape is its weight's)
         # are read from the tensors passed in: a symbolic trace then keeps them symbolic, and
         # one model serves every size.
@@ -248,17 +251,21 @@ class KernelBenchProblem:
                                      torch.Generator().manual_seed(0))[: self.n_inputs]
             if _shape_key(list(probe)) == _shape_key(inputs):
                 return self.model(shape)
-        raise SpecError(self.path, f"no sizes of this file produce inputs shaped {_shape_key(inputs)}",
+        raise SpecError(self.path,
+                        f"no sizes of this file produce inputs shaped {_shape_key(inputs)}",
                         "make the inputs with spec.make_inputs")
 
     def describe(self, shape: Shape) -> str:
         """``"batch_size=16 (was 4096), dim=1024 (was 393216)"``; unchanged sizes without "was"."""
         parts = []
-        for name, v, o in zip(self.size_names, shape, self.original):
+        # Not strict: this is the spec's size_note, text for any shape a caller passes (a
+        # user's --shape of the wrong length is described as far as it goes, never raises).
+        for name, v, o in zip(self.size_names, shape, self.original, strict=False):
             parts.append(f"{name}={v}" if v == o else f"{name}={v} (was {o})")
         return ", ".join(parts)
 
-    def reduce(self, budget: int = INTERPRET_ELEMENT_BUDGET, cap: int = INTERPRET_SIZE_CAP) -> Shape:
+    def reduce(self, budget: int = INTERPRET_ELEMENT_BUDGET,
+               cap: int = INTERPRET_SIZE_CAP) -> Shape:
         """Sizes for the interpreter tier (see `_reduce`). A reduced size that lands on the value
         of a size the file keeps as written (out_features 8192 -> 256 = num_groups 256) is
         stepped back up (x2) off it where the file can take that (run once at those sizes): the
@@ -270,7 +277,7 @@ class KernelBenchProblem:
         return shape
 
     def _apart(self, shape: Shape) -> Shape:
-        value = dict(zip(self.original, shape))
+        value = dict(zip(self.original, shape, strict=True))
         kept = {v for o, v in value.items() if o == v}
         moved = {}
         for o, v in value.items():
@@ -278,7 +285,7 @@ class KernelBenchProblem:
                 while v < o and v in kept:
                     v = _keep_parity(min(o, v * 2), o)
                 moved[o] = v
-        return tuple(moved.get(o, v) for o, v in zip(self.original, shape))
+        return tuple(moved.get(o, v) for o, v in zip(self.original, shape, strict=True))
 
     def _runs(self, shape: Shape) -> bool:
         """Whether the file's model builds and runs at `shape` (small sizes: on the CPU)."""
@@ -316,7 +323,10 @@ class KernelBenchProblem:
                 break
             lead = self.original[0]
             # The leading (batch-like) size changes nothing about the structure: it goes first.
-            g = lead if (lead in live and value[lead] > LEADING_FLOOR) else max(live, key=lambda k: value[k])
+            if lead in live and value[lead] > LEADING_FLOOR:
+                g = lead
+            else:
+                g = max(live, key=lambda k: value[k])
             value[g] = max(MIN_REDUCIBLE, _keep_parity(value[g] // 2, g))
         return current()
 
@@ -329,7 +339,7 @@ class KernelBenchProblem:
         once at these small sizes, and odd sizes that change what the model computes (a model
         that served every size would no longer) are refused; then `shape` itself is returned.
         """
-        reduced = {v for v, o in zip(shape, self.original) if v != o}
+        reduced = {v for v, o in zip(shape, self.original, strict=True) if v != o}
         value = {v: v - 1 for v in reduced if v > MIN_REDUCIBLE and v % 2 == 0}
         odd = tuple(value.get(v, v) for v in shape)
         if odd == tuple(shape) or len(set(odd)) < len(set(shape)):
@@ -376,7 +386,8 @@ class KernelBenchProblem:
         return sum(x.numel() for x in raw if isinstance(x, torch.Tensor))
 
 
-def _structure(model: torch.nn.Module, reads: set[tuple[str, str]] | None = None) -> tuple[Any, ...]:
+def _structure(model: torch.nn.Module,
+               reads: set[tuple[str, str]] | None = None) -> tuple[Any, ...]:
     """Plain (non-tensor) attributes of every submodule, plus parameter/buffer shapes.
 
     With `reads`, only the attributes in it ((submodule name, attribute) pairs) count.
@@ -387,12 +398,14 @@ def _structure(model: torch.nn.Module, reads: set[tuple[str, str]] | None = None
     for name, mod in model.named_modules():
         attrs = sorted((k, f"<shape of {follows[name, k]}>" if (name, k) in follows else repr(v))
                        for k, v in vars(mod).items()
-                       if k not in skip and not k.startswith("_") and not isinstance(v, torch.Tensor)
+                       if k not in skip and not k.startswith("_")
+                       and not isinstance(v, torch.Tensor)
                        and (reads is None or (name, k) in reads))
         out.append((name, type(mod).__name__, tuple(attrs)))
     # Parameters are inputs of the reference (their sizes are traced symbolically): only their
     # names, ranks and dtypes describe the computation, not their sizes.
-    out.extend((n, t.dim(), t.dtype) for n, t in list(model.named_parameters()) + list(model.named_buffers()))
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    out.extend((n, t.dim(), t.dtype) for n, t in tensors)
     return tuple(out)
 
 
@@ -424,7 +437,8 @@ def _globals_read(code: types.CodeType) -> set[str]:
     of a size global ``dim`` (KernelBench's 24_LogSoftmax has both) and wrongly mark the model
     as size-dependent, which specializes the traced kernel to one size.
     """
-    names = {ins.argval for ins in dis.get_instructions(code) if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    names = {ins.argval for ins in dis.get_instructions(code)
+             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             names |= _globals_read(const)
@@ -439,7 +453,8 @@ def _keep_parity(target: int, original: int) -> int:
 def _shape_key(inputs: list[Any]) -> tuple[Any, ...]:
     # int(): under a symbolic tracer (codegen's make_fx) sizes are SymInts, which do not hash;
     # int() specializes them to the example's sizes, which is what picks the model anyway.
-    return tuple(tuple(int(d) for d in x.shape) if isinstance(x, torch.Tensor) else repr(x) for x in inputs)
+    return tuple(tuple(int(d) for d in x.shape) if isinstance(x, torch.Tensor) else repr(x)
+                 for x in inputs)
 
 
 def _cast(x: Any, dtype: torch.dtype, device: torch.device) -> Any:
@@ -457,7 +472,8 @@ def _size_globals(path: Path, source: str) -> tuple[tuple[str, ...], tuple[int, 
         raise SpecError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
     found: dict[str, int] = {}
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
             try:
                 value = ast.literal_eval(node.value)
             except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -485,7 +501,8 @@ def _eval_int_expr(node: ast.expr, env: dict[str, int]) -> int | None:
         return node.value
     if isinstance(node, ast.Name):
         return env.get(node.id)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Mult, ast.Add, ast.Sub, ast.FloorDiv, ast.Pow)):
+    arithmetic = (ast.Mult, ast.Add, ast.Sub, ast.FloorDiv, ast.Pow)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, arithmetic):
         a, b = _eval_int_expr(node.left, env), _eval_int_expr(node.right, env)
         if a is None or b is None:
             return None
@@ -501,7 +518,8 @@ def _rewrite_sizes(source: str, sizes: dict[str, int]) -> str:
     """The source with each size global's assigned value replaced; everything else as written."""
     tree = ast.parse(source)
     for node in tree.body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)):
             name = node.targets[0].id
             if name in sizes:
                 node.value = ast.copy_location(ast.Constant(sizes[name]), node.value)
