@@ -114,6 +114,14 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
             record_verdict(session, hw, bucket, dname, shape, p, passed=False,
                         why=f"{failed.name}: {failed.message}" if failed else "failed")
             continue
+        if cand.refitted:
+            # At its own bucket's shape a candidate must run its own config: the pack records
+            # p.cand.config and its loader launches it, so a timing of a refitted config would
+            # be evidence about another kernel than the one the pack ships.
+            record_verdict(session, hw, bucket, dname, shape, p, passed=False,
+                           why=f"its config does not fit its own bucket's shape {shape}: the "
+                               "judge would time another config than the one the pack records")
+            continue
         passing.append((p, cand))
     # (finalist? 0 : 1, median ms): a screened-out candidate never outranks a finalist, whose
     # full-repetition median can differ from its screen's

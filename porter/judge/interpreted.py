@@ -101,8 +101,8 @@ def interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_n
     t0 = time.perf_counter()
     try:
         proc = subprocess.run([sys.executable, "-c", "from porter.judge.interpreted import "
-                               "check_child; check_child()"], input=json.dumps(job), capture_output=True,
-                              text=True, env=env, timeout=CHECK_TIMEOUT_S)
+                               "check_child; check_child()"], input=json.dumps(job),
+                              capture_output=True, text=True, env=env, timeout=CHECK_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         return {"passed": False, "tolerances": "",
                 "message": f"interpreted check timed out after {CHECK_TIMEOUT_S}s"}
@@ -197,19 +197,27 @@ class RefittingCandidate:
                 n_cols = self.gen_op.problem_sizes(tuple(inputs))["n_cols"]
                 cfg = {**cfg, **heuristics.one_block_sizes(cfg["strategy"], n_cols)}
             else:
-                # The row needs the looped kernel: the launcher's own config, as the loader
-                # runs it (a one-block config with a looped BLOCK_N is no config at all).
+                # The row needs another kernel (looped, or the column kernel of a reduction over
+                # a dim that is not the last): the launcher's own config, as the loader runs it
+                # (a one-block config with a looped BLOCK_N is no config at all).
                 cfg = fresh
             self.refitted.append(tuple(first.shape))
         return self.module.launch(*inputs, out=out, config=cfg)
 
 
 def config_fits(gen_op: Any, hw: Any, inputs: tuple[Any, ...], config: dict[str, Any]) -> bool:
-    """Whether `config`'s size knobs cover these inputs (a one-block row must hold the row)."""
+    """Whether `config`'s size knobs cover these inputs (a one-block row must hold the row).
+
+    The row is the reduced length (the op's n_cols), which is the last dim only for a
+    reduction over the last dim: RMS norm over the channels of (N, C, H, W) reduces C, and
+    comparing BLOCK_N with W refitted every such config to another kernel (the device judge
+    then timed the column kernel and the pack shipped the strided row kernel, 12x slower).
+    """
     import torch
 
     first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
     if (first is None or config.get("strategy") not in ONE_BLOCK_STRATEGIES
             or "BLOCK_N" not in config):
         return True
-    return int(config["BLOCK_N"]) + int(config.get("BLOCK_TAIL", 0)) >= int(first.shape[-1])
+    n_cols = gen_op.problem_sizes(tuple(inputs)).get("n_cols", int(first.shape[-1]))
+    return int(config["BLOCK_N"]) + int(config.get("BLOCK_TAIL", 0)) >= int(n_cols)

@@ -696,13 +696,29 @@ class PackedOp:
                 # The generated launcher validates a config against the inputs before launching
                 # (e.g. a one-block row needs BLOCK_N >= n_cols, and a nearest-bucket config may
                 # not cover a wider row): then the same verified body runs with the launcher's
-                # own size-derived config.
-                self._log_once(f"refit:{choice.bucket['file']}",
-                               "%s: bucket config %s does not fit these inputs (%s); using the "
-                               "launcher's own config for the same kernel", self.op, config, exc)
-                result = module.launch(*inputs, out=out, config=None)
+                # own size-derived config, named in the log (derived for the device the way the
+                # launcher's config=None would), since it is not the config the port timed.
+                refit, how = self._derived(choice.target or "", choice.bucket, inputs,
+                                           choice.asked.rsplit("/", 1)[-1])
+                if refit is not None:
+                    refit = {**refit, "dtype": choice.asked.rsplit("/", 1)[-1]}
+                    try:
+                        result = module.launch(*inputs, out=out, config=refit)
+                    except ValueError:
+                        refit, how = None, "the derived config did not fit either"
+                if refit is None:
+                    result = module.launch(*inputs, out=out, config=None)
+                self._log_once(
+                    f"refit:{choice.bucket['file']}:{choice.asked}",
+                    "%s %s on %s: the bucket's config %s does not fit these inputs (%s); ran %s "
+                    "instead (%s): not the config the port %s for bucket %s, so its speed here "
+                    "was never measured and may be much slower", self.op, choice.asked,
+                    choice.target, config, exc,
+                    refit if refit is not None else "the launcher's own default config", how,
+                    "timed" if _speedup(choice.bucket) is not None else "checked",
+                    choice.bucket["bucket"])
                 if not choice.interpret and key is not None:
-                    self._resolved[key] = (module, None)
+                    self._resolved[key] = (module, refit)
                 return result
 
     def _run_metal(self, choice: Choice, inputs: tuple[Any, ...], out: Any) -> Any:
