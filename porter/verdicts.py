@@ -78,8 +78,9 @@ def reject_kind(reason: str) -> tuple[str, str]:
     if "timed out" in low:
         return "check timed out", ""
     if "crashed" in low:
-        last = text.split(" | ")[-1] if " | " in text else text.split(": ", 1)[-1]
-        return "crashed", clip(last)
+        last = text.split(" | ")[-1] if " | " in text else \
+            " ".join(_first_line(reason).split()).split(": ", 1)[-1]
+        return "crashed", clip(last, DETAIL_CHARS)
     stage = next((st for st in _STAGES if low.startswith(st + ":") or f"] {st}:" in low), None)
     if stage is not None:
         dtype = re.search(r"dtype (\w+)", text)
@@ -89,11 +90,33 @@ def reject_kind(reason: str) -> tuple[str, str]:
             return kind, err.group(0)
         if "nan/inf" in low:
             return kind, "NaN/Inf where the reference is finite"
-        raised = re.search(r"raised (\w+)", text)
-        return kind, f"raised {raised.group(1)}" if raised else clip(text.split(":", 1)[-1])
+        raised = _raised(reason)
+        return kind, raised if raised else clip(text.split(":", 1)[-1])
     if "speed of light" in low or "roofline" in low:
         return "faster than the roofline allows", ""
     return clip(text, 60), ""
+
+
+# A raised exception's detail keeps its type and the first line of its text: "raised
+# ValueError" alone said nothing of which check failed (KernelBench 34/35 on an H100: the
+# launcher's "out (112, 64, 512, 512), expected (112, 8, 512, 512)").
+DETAIL_CHARS = 140
+
+
+def _first_line(text: str) -> str:
+    return next((ln for ln in text.strip().splitlines() if ln.strip()), "")
+
+
+def _raised(reason: str) -> str:
+    """"raised ValueError: <first line of its text>" of a trial's "candidate raised X: ..."
+    (the trial's "(input ..., shape ..., dtype ..., seed ...)" left off), or ""."""
+    found = re.search(r"raised (\w+)(: )?(.*)", reason)
+    if found is None:
+        return ""
+    message = re.sub(r"\s*\(input '[^']*', shape .*\)\s*$", "", found.group(3)) \
+        if found.group(2) else ""
+    return clip(f"raised {found.group(1)}" + (f": {message}" if message.strip() else ""),
+                DETAIL_CHARS)
 
 
 def brief_reason(reason: str) -> str:

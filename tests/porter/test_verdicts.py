@@ -102,3 +102,25 @@ def test_port_with_every_candidate_failing_says_why_per_class(
     units = [ln for ln in lines if "no kernel: 4 candidates, none passed: " in ln]
     assert units and all("looped x2: failed sweep" in ln and "single_pass x2: misfit" in ln
                          for ln in units)
+
+
+def test_a_raised_exception_is_summed_up_with_the_first_line_of_its_text(
+        tmp_path: Path) -> None:
+    """"raised ValueError" alone hid which check failed (KernelBench 34/35 on an H100): the
+    summary carries the exception's first line, without the trial's input description."""
+    raised = ("smoke: candidate raised ValueError: kb_34: out (112, 64, 512, 512) torch.float32, "
+              "expected (112, 8, 512, 512) torch.float32\nsecond line (input 'random', shape "
+              "(112, 64, 512, 512), dtype float32, seed 0x1)")
+    one_line = ("smoke: candidate raised ValueError: looped needs LANES dividing BLOCK_N 4096 "
+                "(input 'random', shape (8, 8), dtype float32, seed 0x2)")
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    _reject(ledger, {"strategy": "looped", "BLOCK_N": 4096}, raised, 0)
+    _reject(ledger, {"strategy": "split_row", "BLOCK_N": 4096}, one_line, 1)
+    _reject(ledger, {"origin": "existing"}, CRASH + "\nCUDA kernel errors might be reported", 2)
+    text = failure_summary(ledger, "h100", "4096x4096", "fp32")
+    assert ("looped x1: failed smoke at float32 (raised ValueError: kb_34: out (112, 64, 512, "
+            "512) torch.float32, expected (112, 8, 512, 512) torch.float32)") in text
+    assert ("split_row x1: failed smoke at float32 (raised ValueError: looped needs LANES "
+            "dividing BLOCK_N 4096)") in text
+    assert ("existing kernel x1: crashed (RuntimeError: CUDA error: an illegal memory access "
+            "was encountered)") in text
