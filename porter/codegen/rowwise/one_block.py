@@ -8,7 +8,6 @@ from __future__ import annotations
 import copy
 import itertools
 
-from porter.codegen.emit import LOG2E
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
 from porter.codegen.ir import value_class
@@ -16,6 +15,7 @@ from porter.codegen.rowwise.analysis import IDENTITY_VALUE
 from porter.codegen.rowwise.analysis import full_coords
 from porter.codegen.rowwise.hoist import assignments
 from porter.codegen.rowwise.hoist import split_invariant
+from porter.codegen.rowwise.looped import exp_below
 from porter.codegen.rowwise.rowgen import Blocks
 from porter.codegen.rowwise.rowgen import RowGen
 from porter.codegen.rowwise.rowgen import lanes_as_identity
@@ -105,8 +105,8 @@ def max_and_sum_per_thread(rg: RowGen, em: Emitter, r: Node, s: Node) -> int:
     gt = em.tmp(f"tl.reshape({gl}, [ROWS, BLOCK_N // LANES, LANES // VEC, VEC])", "g")
     m_t = em.tmp(f"tl.max(tl.max({gt}, axis=3), axis=1)", "m_t")  # inside the thread
     # a thread that holds only padding (-inf) is shifted by 0: -inf - -inf is NaN
-    sh_t = em.tmp(f"tl.where({m_t} > float('-inf'), {m_t}, 0.0) * {LOG2E}", "shift_t")
-    p = em.tmp(f"tl.exp2({gt} * {LOG2E} - {sh_t}[:, None, :, None])", "p")
+    sh_t = em.tmp(f"tl.where({m_t} > float('-inf'), {m_t}, 0.0)", "shift_t")
+    p = em.tmp(exp_below(gt, f"{sh_t}[:, None, :, None]"), "p")
     m_row, s_row = em.tmps(f"tl.reduce(({m_t}, tl.sum(tl.sum({p}, axis=3), axis=1)), 1, "
                            "_max_sum_exp)", "m_row", "s_row")
     em.reduced[r.id] = em.tmp(f"{m_row}[:, None]", "red")
@@ -118,10 +118,10 @@ def max_and_sum_per_thread(rg: RowGen, em: Emitter, r: Node, s: Node) -> int:
             n.args[0] is e and n.args[1] is s]
     if not users and e not in g.outputs:
         return int(gl != gv)
-    sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0) * {LOG2E}", "shift")
+    sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0)", "shift")
     # m_t <= the row's max, so the scale is at most 1; a padding-only thread's is 0, which
     # keeps exp(g - max) 0 in every masked lane
-    scale = em.tmp(f"tl.where({m_t} > float('-inf'), tl.exp2({sh_t} - {sh_row}[:, None]), "
+    scale = em.tmp(f"tl.where({m_t} > float('-inf'), {exp_below(sh_t, f'{sh_row}[:, None]')}, "
                    "0.0)", "scale")
     if divs:
         inv = em.tmp(em.fn("div").format("1.0", em.reduced[s.id]), "inv")

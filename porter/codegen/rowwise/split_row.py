@@ -26,13 +26,13 @@ import copy
 from dataclasses import dataclass
 from dataclasses import replace
 
-from porter.codegen.emit import LOG2E
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
 from porter.codegen.rowwise.analysis import IDENTITY
 from porter.codegen.rowwise.analysis import REDUCE
 from porter.codegen.rowwise.analysis import full_coords
 from porter.codegen.rowwise.looped import close_loop
+from porter.codegen.rowwise.looped import exp_below
 from porter.codegen.rowwise.looped import looped_reduce
 from porter.codegen.rowwise.looped import online_max_sum
 from porter.codegen.rowwise.looped import open_loop
@@ -246,10 +246,10 @@ def _combine(rg: RowGen, em: Emitter, p: Partial, record: int) -> None:
         ps = _load(em, record, p.slot + 1, "0.0", "ps")
         m = em.tmp(f"tl.max({pm}, axis=1)[:, None]", "red")
         # a row of -inf only is shifted by 0: -inf - -inf is NaN
-        shift = em.tmp(f"tl.where({m} > float('-inf'), {m}, 0.0) * {LOG2E}", "shift")
+        shift = em.tmp(f"tl.where({m} > float('-inf'), {m}, 0.0)", "shift")
         em.reduced[r.id] = m
         em.reduced[p.nodes[1].id] = em.tmp(
-            f"tl.sum({ps} * tl.exp2({pm} * {LOG2E} - {shift}), axis=1)[:, None]", "red")
+            f"tl.sum({ps} * {exp_below(pm, shift)}, axis=1)[:, None]", "red")
     elif p.kind == "ssq":
         pm = _load(em, record, p.slot, "0.0", "pm")
         ps = _load(em, record, p.slot + 1, "0.0", "ps")
