@@ -153,13 +153,24 @@ class KernelBenchProblem:
         # are read from the tensors passed in: a symbolic trace then keeps them symbolic, and
         # one model serves every size.
         saved = []
+        hooks = []
         try:
             for mod_name, attr, pname in _shape_attrs(model):
                 sub = model.get_submodule(mod_name)
                 saved.append((sub, attr, getattr(sub, attr)))
                 setattr(sub, attr, tuple(by_name[pname].shape))
+            # Likewise an attribute the forward only checks against its input's size (an
+            # InstanceNorm's num_features without weights or running stats, which it reads
+            # only to warn on a mismatch) is taken from that input: compared with the
+            # example's constant, it pinned the traced kernel's channels to the example's.
+            for name in _input_size_attrs(model):
+                sub = model.get_submodule(name)
+                saved.append((sub, "num_features", sub.num_features))
+                hooks.append(sub.register_forward_pre_hook(_bind_num_features))
             return torch.func.functional_call(model, by_name, tuple(inputs))
         finally:
+            for hook in hooks:
+                hook.remove()
             for sub, attr, value in reversed(saved):
                 setattr(sub, attr, value)
 
@@ -279,13 +290,27 @@ class KernelBenchProblem:
     def _apart(self, shape: Shape) -> Shape:
         value = dict(zip(self.original, shape, strict=True))
         kept = {v for o, v in value.items() if o == v}
+        # At the floor (MIN_REDUCIBLE) most sizes meet a small kept one, and only the model's
+        # own sizes can be tied to it by a trace: features 64 -> 8 = num_groups 8 made group
+        # norm's C // G one, and the tracer pinned C to 8 (KernelBench 35_GroupNorm_).
+        init = self._init_sizes()
         moved = {}
         for o, v in value.items():
-            if v != o and v > MIN_REDUCIBLE and v in kept:
+            if v != o and (v > MIN_REDUCIBLE or o in init) and v in kept:
                 while v < o and v in kept:
                     v = _keep_parity(min(o, v * 2), o)
                 moved[o] = v
         return tuple(moved.get(o, v) for o, v in zip(self.original, shape, strict=True))
+
+    def _init_sizes(self) -> set[int]:
+        """The file's values of the size globals its get_init_inputs reads (the model's)."""
+        get_init = getattr(self.module(self.original), "get_init_inputs", None)
+        code = getattr(get_init, "__code__", None)
+        if code is None:
+            return set()
+        reads = _globals_read(code)
+        return {o for n, o in zip(self.size_names, self.original, strict=True)
+                if n.split("[")[0] in reads}
 
     def _runs(self, shape: Shape) -> bool:
         """Whether the file's model builds and runs at `shape` (small sizes: on the CPU)."""
@@ -394,6 +419,7 @@ def _structure(model: torch.nn.Module,
     """
     skip = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
     follows = {(m, a): p for m, a, p in _shape_attrs(model)}
+    follows.update({(m, "num_features"): "the input" for m in _input_size_attrs(model)})
     out: list[Any] = []
     for name, mod in model.named_modules():
         attrs = sorted((k, f"<shape of {follows[name, k]}>" if (name, k) in follows else repr(v))
@@ -428,6 +454,22 @@ def _shape_attrs(model: torch.nn.Module) -> list[tuple[str, str, str]]:
                     out.append((name, k, f"{name}.{pname}" if name else pname))
                     break
     return out
+
+
+def _input_size_attrs(model: torch.nn.Module) -> list[str]:
+    """Submodules whose num_features the forward only compares with the input's channels: an
+    InstanceNorm without affine weights or running stats (it warns on a mismatch; nothing
+    else reads it). `KernelBenchProblem.reference` binds it to the input's size."""
+    from torch.nn.modules.instancenorm import _InstanceNorm
+
+    return [name for name, mod in model.named_modules() if isinstance(mod, _InstanceNorm)
+            and not mod.affine and not mod.track_running_stats]
+
+
+def _bind_num_features(mod: Any, args: tuple[Any, ...]) -> None:
+    # the input's feature dim, as the module's forward finds it (N, C, *S or C, *S)
+    x = args[0]
+    mod.num_features = x.shape[x.dim() - mod._get_no_batch_dim()]
 
 
 def _globals_read(code: types.CodeType) -> set[str]:

@@ -424,3 +424,59 @@ def test_a_reduced_size_is_kept_off_a_size_the_file_keeps(tmp_path: Path) -> Non
         sizes = dict(zip(spec.shape_names, shape, strict=True))
         assert sizes["num_groups"] == 256 and sizes["out_features"] not in (256, 8192)
         assert sizes["out_features"] % 256 == 0  # the file's own constraint still holds
+
+
+NORM_FILE = (
+    "import torch\n"
+    "import torch.nn as nn\n"
+    "class Model(nn.Module):\n"
+    "    def __init__(self, {init}):\n"
+    "        super().__init__()\n"
+    "        self.norm = {module}\n"
+    "    def forward(self, x):\n"
+    "        return self.norm(x)\n"
+    "batch_size = 112\n"
+    "features = 64\n"
+    "{extra}"
+    "dim1 = 512\n"
+    "dim2 = 512\n"
+    "def get_inputs():\n"
+    "    return [torch.rand(batch_size, features, dim1, dim2)]\n"
+    "def get_init_inputs():\n"
+    "    return [{init}]\n"
+)
+
+
+@pytest.mark.parametrize("name, init, module, extra", [
+    ("34_InstanceNorm", "features", "nn.InstanceNorm2d(num_features=features)", ""),
+    ("35_GroupNorm_", "features, num_groups", "nn.GroupNorm(num_groups=num_groups, "
+     "num_channels=features)", "num_groups = 8\n"),
+], ids=["instance", "group"])
+def test_a_norms_kernel_keeps_the_channels_symbolic(tmp_path: Path, name: str, init: str,
+                                                    module: str, extra: str) -> None:
+    # KernelBench 34 and 35 on an H100: the kernel traced at the interpreter's sizes had the
+    # channels pinned to 8 (instance norm: its forward compares the input's channels with
+    # num_features, 8 there; group norm: features reduced to 8 = num_groups, C // G = 1), so
+    # at the file's 64 channels every candidate's launcher raised "out (112, 64, 512, 512),
+    # expected (112, 8, 512, 512)"
+    from porter.codegen import generate
+
+    p = tmp_path / f"{name}.py"
+    p.write_text(NORM_FILE.format(init=init, module=module, extra=extra))
+    spec = load_spec(p)
+    sizes = dict(zip(spec.shape_names, spec.smoke_shape, strict=True))
+    assert sizes.get("num_groups", 8) == 8 and sizes["features"] != sizes.get("num_groups")
+    ex = spec.make_inputs(spec.smoke_shape, torch.float32, torch.device("cpu"),
+                          torch.Generator().manual_seed(0))
+    op = generate(spec.reference, ex, name=name)
+    big = (torch.empty(112, 64, 512, 512, device="meta"),
+           *(torch.empty(64, device="meta") for _ in ex[1:]))
+    assert op.output_spec(big) == [((112, 64, 512, 512), torch.float32)]
+    # the reference still computes the file's norm, the model keeps its attributes, and one
+    # model serves every size
+    model = kernelbench_problem(spec).model(spec.smoke_shape)
+    with torch.no_grad():
+        torch.testing.assert_close(spec.reference(*ex), model(ex[0]))
+    assert getattr(model.norm, "num_features", sizes["features"]) == sizes["features"]
+    kernelbench_problem(spec).model(spec.shapes[0])
+    assert kernelbench_problem(spec)._size_independent_model() is not None
