@@ -104,11 +104,14 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     # the units: one per (shape bucket, dtype); a shape sharing a bucket is tuned once
     units: list[tuple[tuple[int, ...], Any, str, str]] = []
     seen: dict[tuple[str, str], tuple[int, ...]] = {}
+    pinned: dict[str, str] = {}  # bucket -> why the generated kernel cannot serve its shape
     for shape in shapes:
         meta = session.problem.make_inputs(shape, pairs[0][1], torch.device("meta"),
                                            torch.Generator().manual_seed(0))
         first = next((t for t in meta if isinstance(t, torch.Tensor)), None)
         bucket = shape_bucket(first.shape if first is not None else shape)
+        if (why := pinned_size(session.gen_op, meta)) is not None:
+            pinned[bucket] = why
         for dtype in [d for s, d in pairs if s == shape]:
             dname = dtype_name(dtype)
             if (bucket, dname) in seen:
@@ -156,7 +159,16 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
             generated = budget.within_time_budget(generated, index, len(units), started,
                                                   session.judged_in_target,
                                                   session.time_budget_s)
+        if bucket in pinned:
+            # the generated launcher would refuse every candidate at this shape
+            generated = ()
+            notes.append(f"{bucket}: no generated kernel: {pinned[bucket]}")
         cands = generated + tuple(c for c in unit.candidates if c.origin == "existing")
+        if not cands and bucket in pinned:
+            failures.append(f"{bucket}/{dname}: {pinned[bucket]}")
+            say(f"[{hw.name}] {index}/{len(units)} {bucket}/{dname}: no kernel: "
+                f"{pinned[bucket]}")
+            continue
         kernels = tuple(call(team.writer, "write", WriteRequest(
             target=hw.name, config=c.config, bucket=bucket, dtype=dname,
             origin="existing" if c.origin == "existing" else "generated")) for c in cands)
@@ -204,6 +216,26 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
         target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
         hw_model_hash=hwmodels.model_hash(hw), tolerance=ctx.tolerance or _tolerance_text(ctx),
         choices=tuple(choices), notes=tuple(dict.fromkeys(notes)), failures=tuple(failures))
+
+
+def pinned_size(gen_op: Any, inputs: tuple[Any, ...]) -> str | None:
+    """Why the generated kernel cannot serve `inputs`, or None: an input size its trace fixed
+    (a guard of the reference's on the example's value) that these inputs do not have. Its
+    launcher would refuse every config there ("out (112, 64, 512, 512), expected (112, 8,
+    512, 512)": KernelBench 34/35, whose channels were pinned to the interpreter's 8)."""
+    import sympy
+    import torch
+
+    graph = getattr(gen_op, "graph", None)
+    for i, (node, t) in enumerate(zip(getattr(graph, "inputs", ()), inputs, strict=False)):
+        if node is None or not isinstance(t, torch.Tensor) or len(node.shape) != t.dim():
+            continue
+        for d, size in enumerate(node.shape):
+            if isinstance(size, (int, sympy.Integer)) and int(size) != int(t.shape[d]):
+                return (f"the kernel traced at the example sizes has input {i}'s dim {d} fixed "
+                        f"at {int(size)} (the trace specialized it); this shape has "
+                        f"{int(t.shape[d])}")
+    return None
 
 
 def _details(session: PortSession, row: art.BenchRow) -> dict[str, Any]:
