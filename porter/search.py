@@ -214,12 +214,17 @@ def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
     keyed.sort(key=lambda item: item[0])
     ordered = [c for _, c in keyed]
     # Each other strategy's config nearest the default comes right after it, so a capped list
-    # still tries every strategy (e.g. the tiled matmul when the default is the TMA one).
+    # still tries every strategy (e.g. the tiled matmul when the default is the TMA one); so
+    # does each other fp32 dot (exact fp32 where the default is tf32x3: should tf32x3 miss the
+    # judge's fp32 tolerance, an exact candidate is still tried).
+    def kind(cfg: dict[str, Any]) -> tuple[Any, bool]:
+        return cfg.get("strategy"), bool(cfg.get("tf32x3"))
+
     firsts: list[Candidate] = []
-    for strategy in dict.fromkeys(c.config.get("strategy") for c in ordered):
-        if strategy == base.get("strategy"):
+    for k in dict.fromkeys(kind(c.config) for c in ordered):
+        if k == kind(base):
             continue
-        same = [c for c in ordered if c.config.get("strategy") == strategy]
+        same = [c for c in ordered if kind(c.config) == k]
         firsts.append(min(same, key=lambda c: _distance(c.config, _anchor(c.config, base), plan)))
     return [default] + firsts + [c for c in ordered if c not in firsts]
 

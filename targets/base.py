@@ -94,12 +94,16 @@ class Capabilities:
         tier emulated), or None (not checked here).
     runs_existing_kernels: a spec's own Triton kernel (TRITON_KERNEL) runs on it, so it
         competes as a candidate.
+    fp32_dot_precisions: the `input_precision` values the installed compiler takes for a
+        tl.dot of fp32 operands on this backend (Triton's allowed_dot_input_precisions), e.g.
+        tf32x3 on CUDA and not on HIP; () where the backend emits no Triton.
     """
 
     language: str
     compiles_here: bool
     cpu_check: str | None
     runs_existing_kernels: bool
+    fp32_dot_precisions: tuple[str, ...] = ()
 
     @property
     def tier_here(self) -> str:

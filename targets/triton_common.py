@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from abc import abstractmethod
+from dataclasses import replace
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -139,8 +140,17 @@ class TritonBackend(TargetBackend):
 
     def capabilities(self) -> Capabilities:
         """Triton module source, cross-compiled here, checked under the interpreter; a spec's
-        own Triton kernel runs on it."""
-        return TRITON_CAPABILITIES
+        own Triton kernel runs on it; the fp32 dot precisions of the installed Triton's
+        options for this backend."""
+        try:
+            allowed = tuple(self.options_class().allowed_dot_input_precisions)
+        except Exception:  # noqa: BLE001 - no Triton, or one without the field: claim none
+            allowed = ()
+        return replace(TRITON_CAPABILITIES, fp32_dot_precisions=allowed)
+
+    @abstractmethod
+    def options_class(self) -> Any:
+        """The installed Triton's compile options class of this backend (CUDAOptions, ...)."""
 
     def supports(self, hw: HardwareModel) -> bool:
         """True when the model says it is built with this backend (hw.build.backend)."""

@@ -97,6 +97,11 @@ class TritonCudaBackend(TritonBackend):
     # Extra `triton.compile` options this backend passes through (CUDAOptions fields in 3.6+).
     known_knobs = frozenset({"num_ctas", "maxnreg"})
 
+    def options_class(self) -> Any:
+        from triton.backends.nvidia.compiler import CUDAOptions
+
+        return CUDAOptions
+
     def gpu_target(self, hw: HardwareModel) -> Any:
         from triton.backends.compiler import GPUTarget
 

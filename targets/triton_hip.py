@@ -64,6 +64,11 @@ class TritonHipBackend(TritonBackend):
     # HIPOptions fields passed through to `triton.compile` (present in triton 3.6 and 3.9).
     known_knobs = frozenset({"waves_per_eu", "matrix_instr_nonkdim", "kpack", "num_ctas"})
 
+    def options_class(self) -> Any:
+        from triton.backends.amd.compiler import HIPOptions
+
+        return HIPOptions
+
     def gpu_target(self, hw: HardwareModel) -> Any:
         from triton.backends.compiler import GPUTarget
 

@@ -259,21 +259,6 @@ def join_config(parts: list[dict[str, Any]], prefixes: tuple[str, ...] = ("", RO
     return out
 
 
-def with_tf32x3(space: list[dict[str, Any]], hw: Any, dtype_bytes: int) -> list[dict[str, Any]]:
-    """A matmul stage's space plus each tiled config with fp32 operands multiplied as three
-    tf32 products on the tensor cores (tf32x3: hi*hi + hi*lo + lo*hi, close to fp32's
-    accuracy), where the operands are fp32 and the device has tf32 tensor cores (its hardware
-    model's dense tf32 rate). The exact fp32 dot runs on the SIMT units: 67 TFLOP/s on an H100
-    against 495 for tf32. Triton's HIP backend takes no tf32x3 (its fp32 splits are bf16x3 and
-    bf16x6), so NVIDIA only. At most 64 accumulator values per thread: the split operands take
-    registers too (128x128 tiles with 4 warps spilled on sm_90, with 8 warps did not)."""
-    if dtype_bytes != 4 or hw.build.backend != "triton-cuda" or not hw.peak_tflops("tf32"):
-        return space
-    extra = [{**c, "ieee": False, "tf32x3": True} for c in space if c.get("strategy") == "tiled"
-             and c["BLOCK_M"] * c["BLOCK_N"] <= 64 * c["num_warps"] * hw.warp_size]
-    return space + extra
-
-
 def combined_space(spaces: list[list[dict[str, Any]]], prefixes: tuple[str, ...]
                    ) -> list[dict[str, Any]]:
     """The stages' spaces (each pruned by the hardware model, its default first) as op

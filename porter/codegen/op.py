@@ -597,10 +597,13 @@ def _operand(n: Any, want: tuple[int, int]) -> tuple[int, tuple[int, int]]:
 def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                 subs: dict[sympy.Symbol, int], tf32x3: bool = False) -> GeneratedOp:
     """The matmul_epilogue family. tf32x3: the tiled kernel also takes a TF32X3 constexpr (fp32
-    operands as three tf32 products; matmul_rowwise's stages offer it)."""
+    operands as three tf32 products, `variants.tf32x3_offered`); always where the example
+    operands are fp32, so a 16-bit module's source stays as it was."""
     mm = next(n for n in g.live() if n.op == "mm")
     ka, (am, ak) = _operand(mm.args[0], (0, 1))
     kb, (bk, bn) = _operand(mm.args[1], (0, 1))
+    tf32x3 = tf32x3 or all(isinstance(ex[i], torch.Tensor) and ex[i].dtype == torch.float32
+                           for i in (ka, kb))
     a_ptr, b_ptr = args.input_ptr(ka), args.input_ptr(kb)
     em = Emitter(g, args, full_mask="mask", row_mask="mask")
     coords = (Coord("offs_m", True), Coord("offs_n", True))
@@ -705,14 +708,9 @@ class MatmulRowwiseOp(GeneratedOp):
                       dtype: torch.dtype | None = None) -> list[dict[str, Any]]:
         """Each stage's space, pruned by `hw`, combined (`matmul_rowwise.combined_space`)."""
         per_stage = self.stage_inputs(self._inputs_for(shape))
-        spaces = []
-        for i, (stage, args) in enumerate(zip(self.stages, per_stage, strict=True)):
-            space = stage.variant_space(hw, args, dtype)
-            if i < len(self.a_indices):
-                a = args[self.a_indices[i]]
-                eb = torch.empty((), dtype=dtype or a.dtype).element_size()
-                space = matmul_rowwise.with_tf32x3(space, hw, eb)
-            spaces.append(space)
+        # a matmul stage's fp32 tf32x3 configs come with its own space (variants.space)
+        spaces = [stage.variant_space(hw, args, dtype)
+                  for stage, args in zip(self.stages, per_stage, strict=True)]
         return matmul_rowwise.combined_space(spaces, self.prefixes)
 
     def tma_layout_ok(self, inputs: Sequence[Any], elem_bytes: int) -> bool:

@@ -37,6 +37,12 @@ Pruning rules (each names the limit it enforces):
   of the tile and at most a quarter of the device's registers per thread in tile values (the
   per-position accumulators and the loaded tile, a few live copies each).
 - AMD-only knobs (waves_per_eu, matrix_instr_nonkdim) appear only for the triton-hip backend.
+- fp32 matmuls: every config keeps its fp32 operands off plain tf32 (a 10-bit mantissa fails
+  an fp32 judge): IEEE (exact fp32 on the SIMT units) or, where the backend's Triton takes it
+  (its capabilities' fp32_dot_precisions) and the device has tf32 tensor cores (a tf32 rate in
+  its hardware model), TF32X3 (three tf32 products, hi*hi + hi*lo + lo*hi: close to fp32's
+  accuracy on the tensor cores, 495 against 67 TFLOP/s of exact fp32 on an H100), offered first
+  and the default; `tf32x3_offered`.
 - TMA: "tma_persistent" matmul configs (host TMA descriptors, a persistent grid) are offered
   only when hw.has("tma") (h100, h200, b200; never a100 or AMD), on the triton-cuda backend, for
   2-byte dtypes, and when both operands' strides suit TMA (one unit stride, the other a
@@ -111,6 +117,33 @@ def _tma_ok(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any], eb
 OFFER_TMA_WS = os.environ.get("PORTER_OFFER_TMA_WS") == "1"
 
 
+def tf32x3_offered(op: GeneratedOp, hw: HardwareModel | None, eb: int) -> bool:
+    """Whether fp32 operands of op's tiled matmul may run as tf32x3 on `hw`: 4-byte operands, a
+    module whose tiled kernel takes the TF32X3 constexpr (without it, IEEE off would be plain
+    tf32), a backend whose Triton takes tf32x3 (not HIP's) and tf32 tensor cores."""
+    if eb != 4 or hw is None or not hw.peak_tflops("tf32"):
+        return False
+    if not any("TF32X3" in k.constexprs for k in op.kernels if "tiled" in k.strategies):
+        return False
+    import targets
+
+    try:
+        caps = targets.for_device(hw).capabilities()
+    except targets.UnknownTargetError:
+        return False
+    return "tf32x3" in caps.fp32_dot_precisions
+
+
+def with_tf32x3(configs: list[dict[str, Any]], warp: int) -> list[dict[str, Any]]:
+    """The tiled configs as tf32x3, at most 64 accumulator values and 64 operand values of a
+    K step per thread: the operands' hi and lo halves take registers too (sm_90, Triton 3.9
+    cross-compile: 128x128 tiles with 4 warps spilled, with 8 warps did not; 128x64x64 with 4
+    warps, 96 operand values, spilled 520 B; 128x128x64 with 8 warps, 64, took 244 registers)."""
+    return [{**c, "ieee": False, "tf32x3": True} for c in configs if c.get("strategy") == "tiled"
+            and c["BLOCK_M"] * c["BLOCK_N"] <= 64 * c["num_warps"] * warp
+            and (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] <= 64 * c["num_warps"] * warp]
+
+
 def warp_specialization_builds(hw: HardwareModel) -> bool:
     """Whether the installed Triton builds the warp-specialized TMA matmul (strategy tma_ws)
     for `hw`.
@@ -181,6 +214,8 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
         tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
         while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
+        if tf32x3_offered(op, hw, eb):
+            cfg = (with_tf32x3([cfg], warp) or [cfg])[0]
     elif op.plan is not None and columns_offered(op, hw) and heuristics.columns_default(
             *_column_sizes(op, inputs), eb, warp_size=warp) is not None:
         # the launcher's own rule (None where the last dim is shorter than a warp), with the
@@ -259,6 +294,8 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                             out.append({"strategy": "tma_ws", "BLOCK_M": 128, "BLOCK_N": bn,
                                         "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": False,
                                         "SUBTILE": False, "num_warps": 4, "num_stages": st})
+        if tf32x3_offered(op, hw, eb):
+            out = with_tf32x3(out, warp) + out  # fp32 on the tensor cores first
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))

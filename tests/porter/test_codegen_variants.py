@@ -217,3 +217,81 @@ def test_looped_online_softmax_configs_name_lanes_for_the_warp_width() -> None:
                              torch.randn(65536, dtype=torch.bfloat16)), name="rms_lanes")
     space = rms.variant_space(hwmodels.get("h100"), rms.example_inputs)
     assert not any("LANES" in c for c in space)
+
+
+def matmul(a, b):
+    return a @ b
+
+
+def _large_k(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    # KernelBench's 6_Matmul_with_large_K_dimension_ sizes, as meta tensors
+    return (torch.empty(256, 524288, dtype=dtype, device="meta"),
+            torch.empty(524288, 256, dtype=dtype, device="meta"))
+
+
+def _fp32_dot(cfg: dict) -> str:
+    """How the tiled kernel's tl.dot takes fp32 operands under `cfg` (op._const_value's rule:
+    IEEE unless the config turns it off, then TF32X3 or the default, plain tf32)."""
+    if cfg.get("ieee", True):
+        return "ieee"
+    return "tf32x3" if cfg.get("tf32x3") else "tf32"
+
+
+def test_fp32_matmul_space_has_no_plain_tf32_and_starts_with_tf32x3() -> None:
+    ex = (torch.randn(64, 128), torch.randn(128, 32))
+    op = generate(matmul, ex, name="mm_fp32")
+    assert "TF32X3" in op.triton_module_source()
+    h100 = op.variant_space(hwmodels.get("h100"), _large_k(torch.float32))
+    kinds = [_fp32_dot(c) for c in h100 if c["strategy"] == "tiled"]
+    assert "tf32" not in kinds and {"ieee", "tf32x3"} <= set(kinds)
+    assert _fp32_dot(h100[0]) == "tf32x3"
+    assert op.default_config(hwmodels.get("h100"), _large_k(torch.float32)) == h100[0]
+    # the tf32x3 tiles keep <= 64 accumulator and 64 operand values per thread (the split
+    # operands' registers)
+    assert all(c["BLOCK_M"] * c["BLOCK_N"] <= 64 * 32 * c["num_warps"] and
+               (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] <= 64 * 32 * c["num_warps"]
+               for c in h100 if c.get("tf32x3"))
+    # Triton's HIP backend takes no tf32x3 (its capabilities say so): exact fp32 only
+    mi = op.variant_space(hwmodels.get("mi300x"), _large_k(torch.float32))
+    assert {_fp32_dot(c) for c in mi} == {"ieee"}
+    # without a device the launcher's own choice: exact fp32
+    assert _fp32_dot(op.default_config(None, _large_k(torch.float32))) == "ieee"
+
+
+def test_backend_capabilities_name_the_fp32_dot_precisions() -> None:
+    targets = pytest.importorskip("targets")
+    assert "tf32x3" in targets.for_device(hwmodels.get("h100")).capabilities().fp32_dot_precisions
+    assert "tf32x3" not in targets.for_device(
+        hwmodels.get("mi300x")).capabilities().fp32_dot_precisions
+
+
+def test_16_bit_matmul_module_and_space_are_unchanged_by_tf32x3() -> None:
+    op = generate(matmul, (torch.randn(64, 128, dtype=torch.bfloat16),
+                           torch.randn(128, 32, dtype=torch.bfloat16)), name="mm_bf16")
+    assert "TF32X3" not in op.triton_module_source()
+    space = op.variant_space(hwmodels.get("h100"), _large_k(torch.bfloat16))
+    assert not any("ieee" in c or "tf32x3" in c for c in space)
+
+
+def test_fp32_tf32x3_matmul_cross_compiles_for_sm90_without_spills(tmp_path: Path) -> None:
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    op = generate(matmul, (torch.randn(64, 128), torch.randn(128, 32)), name="mm_x3_cc")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    big = _large_k(torch.float32)
+    x3 = [c for c in op.variant_space(hw, big) if c.get("tf32x3")]
+    # the default and the tile with the most values per thread (accumulator, then operands)
+    most = max(x3, key=lambda c: (c["BLOCK_M"] * c["BLOCK_N"] / c["num_warps"],
+                                  (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] / c["num_warps"],
+                                  c["num_stages"]))
+    for cfg in (x3[0], most):
+        (ref,) = op.kernel_refs(big, cfg, source_path=str(path))
+        assert ref.constexprs["TF32X3"] is True and ref.constexprs["IEEE"] is False
+        rep = targets.for_device(hw).compile(ref, LaunchConfig(cfg["num_warps"],
+                                                               cfg["num_stages"]), hw)
+        assert rep.fits, (cfg, rep.reasons)
+        assert rep.resources.spill_bytes == 0, (cfg, rep.resources)
+        assert "mma" in rep.artifacts["ptx"]  # on the tensor cores

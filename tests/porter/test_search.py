@@ -17,15 +17,16 @@ from targets.registry import for_device
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _candidates(op: str, shape: tuple[int, ...], device: str, cap: int) -> list[dict]:
+def _candidates(op: str, shape: tuple[int, ...], device: str, cap: int,
+                dtype: torch.dtype = torch.bfloat16) -> list[dict]:
     spec = load_spec(EXAMPLES / op / "spec.py")
     gen = torch.Generator().manual_seed(0)
-    example = spec.make_inputs(spec.interpret_shapes[0], torch.bfloat16, torch.device("cpu"), gen)
+    example = spec.make_inputs(spec.interpret_shapes[0], dtype, torch.device("cpu"), gen)
     gen_op = _generate(spec.reference, tuple(example), op)
-    meta = spec.make_inputs(shape, torch.bfloat16, torch.device("meta"), gen)
+    meta = spec.make_inputs(shape, dtype, torch.device("meta"), gen)
     hw = hwmodels.get(device)
-    shape_plan = plan(spec.problem(), hw, [shape], [torch.bfloat16], family=gen_op.family).shapes[0]
-    found = search(gen_op, for_device(hw), hw, tuple(meta), torch.bfloat16, plan=shape_plan,
+    shape_plan = plan(spec.problem(), hw, [shape], [dtype], family=gen_op.family).shapes[0]
+    found = search(gen_op, for_device(hw), hw, tuple(meta), dtype, plan=shape_plan,
                    max_variants=cap)
     return [c.config for c in found.candidates]
 
@@ -40,6 +41,19 @@ def test_capped_matmul_search_tries_both_strategies() -> None:
     assert {c["strategy"] for c in a100} == {"tiled"}
     smem = hwmodels.get("a100").limits.shared_memory_per_block_bytes.value
     assert a100[0]["num_stages"] * (128 + 256) * 64 * 2 <= smem
+
+
+def test_capped_fp32_matmul_search_tries_tf32x3_then_exact_fp32() -> None:
+    # tf32x3 first (the tensor cores), then the same tile in exact fp32, before any other
+    # tile: a capped list keeps an exact candidate should tf32x3 miss the fp32 tolerance
+    cands = _candidates("matmul_bias_gelu", (256, 256, 524288), "h100", 3, torch.float32)
+    assert cands[0].get("tf32x3") is True and cands[0]["ieee"] is False
+    assert not cands[1].get("tf32x3") and cands[1].get("ieee", True) is True
+    tile = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+    assert [cands[1][k] for k in tile] == [cands[0][k] for k in tile]
+    # no tf32x3 in Triton's HIP backend: exact fp32 only
+    mi = _candidates("matmul_bias_gelu", (256, 256, 524288), "mi300x", 3, torch.float32)
+    assert not any(c.get("tf32x3") or c.get("ieee") is False for c in mi)
 
 
 def test_rowwise_search_changes_one_knob_at_a_time() -> None:
