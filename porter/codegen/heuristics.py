@@ -179,6 +179,22 @@ def matmul_default(m, n, k, elem_bytes, tma=False):
             "num_warps": warps, "num_stages": stages}
 
 
+def acc_chunk(k, block_k, elem_bytes):
+    """K blocks per partial accumulator of an fp32 matmul's tiled kernel (0: one accumulator;
+    always for 16-bit operands, whose kernels stay as they were).
+
+    One fp32 accumulator over a long K rounds every step at the size of the whole sum: at
+    K = 524288 of torch.rand operands (sum ~1.3e5, ulp 1/64) the error reached 9e-5 relative
+    against fp32's 1e-5 tolerance (a numpy model of the sequential sum; KernelBench's
+    6_Matmul_with_large_K_dimension_ failed on the H100 with 8.6e-5), where 64 partial sums
+    leave 3e-7. Past K = 8192 (KernelBench's largest K that passed with one accumulator) each
+    partial sums ~4096 of K, added into a second accumulator.
+    """
+    if elem_bytes < 4 or k <= 8192:
+        return 0
+    return max(1, 4096 // block_k)
+
+
 def columns_default(n_outer, n_inner, n_cols, elem_bytes, sms=132, warp_size=32,
                     max_threads=1024):
     """Config for the column kernel (a reduced dim that is not the last; porter/codegen/rowwise/

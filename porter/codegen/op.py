@@ -302,6 +302,9 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return bool(config.get("ieee", inputs[0].dtype == torch.float32))
     if name == "TF32X3":
         return bool(config.get("tf32x3", False))
+    if name == "ACC_CHUNK":  # the launcher's own rule where the config names none
+        return int(config.get("ACC_CHUNK", heuristics.acc_chunk(
+            ints["K"], config["BLOCK_K"], inputs[0].element_size())))
     if name == "STAGES":  # the persistent row kernel's loop stages
         return int(config.get("num_stages", 1))
     if name == "HOIST":
@@ -627,14 +630,15 @@ def _gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         a_strides=[f"inputs[{ka}].stride({am})", f"inputs[{ka}].stride({ak})"],
         b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
         a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn), tf32x3=tf32x3,
-        heuristics=_heuristics_source(heuristics.tma_transposed, heuristics.matmul_default))
+        heuristics=_heuristics_source(heuristics.tma_transposed, heuristics.matmul_default,
+                                      *((heuristics.acc_chunk,) if tf32x3 else ())))
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
                        (*args.kinds, "i32", "i32", "i32", f"cstride:in{ka}:{am}",
                         f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}", f"cstride:in{kb}:{bn}"),
                        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE",
-                        *(("TF32X3",) if tf32x3 else ()), "UPCAST"),
+                        *(("TF32X3", "ACC_CHUNK") if tf32x3 else ()), "UPCAST"),
                        ("tiled",), tuple(args.launch_exprs))
     # The persistent TMA kernel: descriptors typed per config ("desc:"), and whether each
     # operand is described transposed decided from the actual strides ("ctma:", a constexpr).

@@ -43,6 +43,9 @@ Pruning rules (each names the limit it enforces):
   its hardware model), TF32X3 (three tf32 products, hi*hi + hi*lo + lo*hi: close to fp32's
   accuracy on the tensor cores, 495 against 67 TFLOP/s of exact fp32 on an H100), offered first
   and the default; `tf32x3_offered`.
+- fp32 matmuls over a long K (heuristics.acc_chunk: partial accumulators) keep tiles of at most
+  32 accumulator values per thread and BLOCK_K 32: the partials' sum is a second tile of
+  registers.
 - TMA: "tma_persistent" matmul configs (host TMA descriptors, a persistent grid) are offered
   only when hw.has("tma") (h100, h200, b200; never a100 or AMD), on the triton-cuda backend, for
   2-byte dtypes, and when both operands' strides suit TMA (one unit stride, the other a
@@ -294,6 +297,14 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                             out.append({"strategy": "tma_ws", "BLOCK_M": 128, "BLOCK_N": bn,
                                         "BLOCK_K": bk, "GROUP_M": 8, "FLATTEN": False,
                                         "SUBTILE": False, "num_warps": 4, "num_stages": st})
+        if heuristics.acc_chunk(sizes["K"], 32, eb) > 0:
+            # a long fp32 K sums into partial accumulators (heuristics.acc_chunk): a second
+            # [BLOCK_M, BLOCK_N] tile, so at most 32 values of each per thread and BLOCK_K 32
+            # (sm_90 cross-compile: 64 of each spilled 192-232 B at 128x128x64 and 256x64 with 8
+            # warps; BLOCK_K 128 spilled 80-256 B at 32)
+            out = [c for c in out if c["strategy"] != "tiled"
+                   or (c["BLOCK_M"] * c["BLOCK_N"] <= 32 * c["num_warps"] * warp
+                       and c["BLOCK_K"] <= 32)]
         if tf32x3_offered(op, hw, eb):
             out = with_tf32x3(out, warp) + out  # fp32 on the tensor cores first
     elif op.plan is not None:

@@ -287,11 +287,14 @@ def test_fp32_tf32x3_matmul_cross_compiles_for_sm90_without_spills(tmp_path: Pat
     most = max(x3, key=lambda c: (c["BLOCK_M"] * c["BLOCK_N"] / c["num_warps"],
                                   (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] / c["num_warps"],
                                   c["num_stages"]))
-    for cfg in (x3[0], most):
+    exact = {k: v for k, v in most.items() if k not in ("ieee", "tf32x3")}
+    for cfg in (x3[0], most, exact):
         (ref,) = op.kernel_refs(big, cfg, source_path=str(path))
-        assert ref.constexprs["TF32X3"] is True and ref.constexprs["IEEE"] is False
+        assert ref.constexprs["TF32X3"] is (cfg is not exact)
+        assert ref.constexprs["IEEE"] is (cfg is exact)
+        assert ref.constexprs["ACC_CHUNK"] > 0  # K = 524288: partial accumulators
         rep = targets.for_device(hw).compile(ref, LaunchConfig(cfg["num_warps"],
                                                                cfg["num_stages"]), hw)
         assert rep.fits, (cfg, rep.reasons)
         assert rep.resources.spill_bytes == 0, (cfg, rep.resources)
-        assert "mma" in rep.artifacts["ptx"]  # on the tensor cores
+        assert ("mma" in rep.artifacts["ptx"]) is (cfg is not exact)  # on the tensor cores
