@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.fusion import FusionReport
+from porter.codegen.generation import generate
 from porter.codegen.loading import load_generated_module
 from porter.codegen.op import GeneratedOp
 from porter.codegen.op import KernelInfo
-from porter.codegen.op import generate
 
 __all__ = ["FusionReport", "GeneratedOp", "KernelInfo", "UnsupportedOpError", "generate",
            "load_generated_module"]

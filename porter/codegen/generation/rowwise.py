@@ -1,0 +1,158 @@
+"""The rowwise family (and elementwise ops that are not flat): the row kernels of
+`porter.codegen.rowwise` rendered into one module, with their long-row kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sympy
+
+from porter.codegen import heuristics
+from porter.codegen import rowwise
+from porter.codegen.emit import KernelArgs
+from porter.codegen.emit import sym_to_python
+from porter.codegen.fusion import report
+from porter.codegen.generation.common import common_ctx
+from porter.codegen.generation.common import heuristics_source
+from porter.codegen.ir import Graph
+from porter.codegen.op import GeneratedOp
+from porter.codegen.op import KernelInfo
+from porter.codegen.plan import RowPlan
+from porter.codegen.plan import row_plan
+from porter.codegen.templates import ENV
+
+
+def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
+                 subs: dict[sympy.Symbol, int], family: str) -> GeneratedOp:
+    plan = row_plan(g)
+    bodies = rowwise.build(g, plan, args)
+    n_rows, n_cols = rowwise.size_exprs(plan)
+    n_rows_val = int(sympy.sympify(n_rows).subs(subs))
+    n_kernels = 2 if bodies.post else 1
+    fusion = report(g, subs, n_kernels, 4 * n_rows_val * len(plan.post) * 2, family)
+    ctx = common_ctx(name, family, g, fusion, args)
+    last_dim = plan.dim == len(plan.space) - 1
+    column = bodies.columns
+    column_ctx = {"columns": column is not None,
+                  "fold_args": ", words, stamp" if bodies.post else ""}
+    if column is not None:
+        column_ctx.update(column_params=column.args.declared(),
+                          column_launch_exprs=column.args.launch_exprs,
+                          column_coord_lines=column.coord_lines, column_body=column.body,
+                          n_inner=sym_to_python(column.n_inner, g.symbols))
+    column_heuristics = (heuristics.columns_default, heuristics.columns_full_blocks) \
+        if column is not None else ()
+    src = ENV.get_template("triton_rowwise.py.j2").render(**column_ctx,
+        **ctx, single=bodies.single, single_hoisted=bodies.single_hoisted,
+        persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
+        two_block=bodies.two_block, one_round_variance=bodies.one_round_variance,
+        looped=bodies.looped, post=bodies.post,
+        row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
+        n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
+        last_dim=last_dim, full_output="full" in plan.out_kind,
+        looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
+        thread_pairs=bool(bodies.online_pairs),
+        lane_strategies=_lane_strategies(bodies, plan), **_long_row_ctx(bodies, plan),
+        heuristics=heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
+                                      heuristics.fold_config,
+                                      heuristics.rowwise_full_blocks, heuristics.looped_lanes,
+                                      heuristics.looped_vec, heuristics.thread_lanes,
+                                      *((heuristics.split_chunks,) if bodies.split else ()),
+                                      *column_heuristics))
+    params = (*args.params, "n_rows")
+    kinds = (*args.kinds, "i32")
+    var1 = ("VAR1",) if bodies.one_round_variance else ()
+    pdl = ("PDL",) if bodies.post else ()
+    # the looped kernel's lane constexprs: an online softmax's LANES, a one-pass variance's
+    # LANES, VEC and VAR1; the one-block kernels' per-thread (max, sum) pairs take LANES and VEC
+    lanes = (("LANES",) if bodies.online_pairs or bodies.one_round_variance else ()) + (
+        ("VEC", "VAR1") if bodies.one_round_variance else ())
+    thread = ("LANES", "VEC") if bodies.online_pairs else ()
+    kernels = [
+        KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, "HOIST", *pdl)
+                   if bodies.single_hoisted
+                   else ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, *pdl), ("single_pass",),
+                   tuple(args.launch_exprs)),
+        KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "EVEN", *lanes, *pdl), ("looped",),
+                   tuple(args.launch_exprs)),
+        KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1, *thread, *pdl), ("persistent",),
+                   tuple(args.launch_exprs)),
+        KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1, *pdl), ("two_block",),
+                   tuple(args.launch_exprs)),
+    ]
+    if column is not None:
+        # its own arguments (the others' and its constexpr strides); n_inner's launch
+        # expression types it (a multiple of 16 or not) in the compile check
+        kernels.append(KernelInfo(
+            ctx["kname"] + "_columns_kernel",
+            (*column.args.params, "n_rows", "n_cols", "n_inner"),
+            (*column.args.kinds, "i32", "i32", "i32"),
+            ("BLOCK_I", "BLOCK_R", "EVEN", *var1, *pdl), ("columns",),
+            (*column.args.launch_exprs, "", "", sym_to_python(column.n_inner, g.symbols))))
+    kernels += _long_row_kernels(ctx["kname"], bodies, plan, params, kinds, lanes,
+                                 tuple(args.launch_exprs))
+    if bodies.post:
+        kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds,
+                                  ("BLOCK", "MAX_SPINS", "GRID_WAIT"), ("*",),
+                                  tuple(args.launch_exprs)))
+    op = GeneratedOp(name, family, g, ex, plan, fusion, kernels, src)
+    op._mm = {"online": bodies.online_pairs, "last_dim": last_dim,
+              "hoist": bodies.single_hoisted is not None,
+              "one_round_variance": bodies.one_round_variance, "columns": column is not None,
+              "looped_l2": _looped_l2(bodies, plan), "split_row": bodies.split is not None,
+              "split_why_not": bodies.split_why_not}
+    return op
+
+
+def _lane_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
+    """Strategies whose kernel takes LANES: the looped kernel for an online softmax or a
+    one-pass variance; the single pass and the persistent kernel for an online softmax's
+    per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`); the split
+    row's partials kernel for an online softmax."""
+    one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
+    looped = _looped_strategies(bodies, plan) if bodies.online_pairs or \
+        bodies.one_round_variance else ()
+    split = ("split_row",) if bodies.split and bodies.online_pairs else ()
+    return looped + one_block + split
+
+
+def _looped_l2(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
+    """Whether the module has the L2-resident looped kernel: where the looped kernel reads each
+    row twice (reductions, then full-row outputs) and has no fold (its early launch)."""
+    return bool(plan.main) and "full" in plan.out_kind and not bodies.post
+
+
+def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
+    """The strategies that run the looped body."""
+    return ("looped", "looped_l2") if _looped_l2(bodies, plan) else ("looped",)
+
+
+def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
+    """The template's context for the long-row kernels (`_triton_rowwise_long.py.j2`)."""
+    l2 = _looped_l2(bodies, plan)
+    return {"looped_l2": l2, "split": bodies.split}
+
+
+def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
+                      params: tuple[str, ...], kinds: tuple[str, ...], lanes: tuple[str, ...],
+                      launch: tuple[str, ...]) -> list[KernelInfo]:
+    """The L2-resident looped kernel and the split row's two kernels, where the op has them."""
+    out = []
+    if _looped_l2(bodies, plan):
+        out.append(KernelInfo(kname + "_looped_l2_kernel", (*params, "n_cols"), (*kinds, "i32"),
+                              ("ROWS", "BLOCK_N", "EVEN", *lanes), ("looped_l2",), launch))
+    if bodies.split is not None:
+        ws = ("n_cols", "ws_ptr", "chunk_cols", "n_chunks")
+        ws_kinds = ("i32", "ptr:ws", "i32", "i32")
+        online = ("LANES",) if bodies.online_pairs else ()
+        out.append(KernelInfo(kname + "_split_partials_kernel", (*params, *ws, "row0"),
+                              (*kinds, *ws_kinds, "i32"), ("ROWS", "BLOCK_N", "EVEN", *online),
+                              ("split_row",), launch))
+        out.append(KernelInfo(kname + "_split_apply_kernel", (*params, *ws, "n_apply", "row0"),
+                              (*kinds, *ws_kinds, "i32", "i32"),
+                              ("ROWS", "BLOCK_N", "EVEN", "SPLIT"), ("split_row",), launch))
+    return out
