@@ -27,42 +27,42 @@ The reference runs instead of a kernel only when the (intact) pack has no usable
 call: none for the device, none that reached the interpreted tier, or no config for the dtype or
 shape. Each such fallback is announced by exactly one `PackFallbackWarning` per reason.
 
-At a shape with no exact bucket (docs/PACKS.md, "Shapes no bucket was ported for"):
-- config: a bucket of the same row width (and a row count within 4x) lends its tuned config;
-  otherwise the config is *derived* for the shape by the module's own default rule
-  (porter.codegen.heuristics, embedded in every generated module) with the device's warp width
-  and thread limit, as `porter.codegen.variants.default_config` does for the port;
-- eager: on a GPU, the reference op runs instead when the kernel-vs-eager ratio estimated
-  from the nearest timed buckets of that dtype on either side of the row width (same kernel
-  form: one block or looped) is under 1 + MARGIN_PER_OCTAVE per octave to the nearer, or when
-  buckets of that dtype were timed but none of that form (`_versus_eager`). Logged once per
-  (shape bucket, dtype); `describe()` says which config, why, and the estimate.
+At a shape with no exact bucket the config is lent or derived, and the reference op may run
+instead where eager is estimated faster: porter.packs.unseen says how.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import inspect
-import itertools
 import linecache
 import logging
-import math
-import sys
 import tempfile
 import threading
 import warnings
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import torch
 
+from porter.packs import custom_op
+from porter.packs.choice import Choice
+from porter.packs.choice import cpu_eligible
+from porter.packs.choice import pick_bucket
+from porter.packs.choice import same_width_bucket
 from porter.packs.format import PackError
-from porter.packs.format import bucket_distance
-from porter.packs.format import sha256_bytes
 from porter.packs.format import shape_bucket
 from porter.packs.format import tier_rank
+from porter.packs.modules import ReferenceModule
+from porter.packs.modules import Verified
+from porter.packs.modules import ensure_interpreter_ready
+from porter.packs.modules import exec_verified
+from porter.packs.modules import pin_source
+from porter.packs.unseen import MARGIN_PER_OCTAVE  # noqa: F401 - importable from here as before
+from porter.packs.unseen import SAME_WIDTH_ROW_OCTAVES
+from porter.packs.unseen import derive_config
+from porter.packs.unseen import hw_model
+from porter.packs.unseen import speedup
+from porter.packs.unseen import versus_eager
 from porter.packs.verify import read_verified_pack
 from targets.dtypes import dtype_name
 from targets.interpreter import triton_interpret
@@ -70,334 +70,9 @@ from targets.tiers import Tier
 
 log = logging.getLogger(__name__)
 
-_LIB_NAMESPACE = "kernel_porter"
-
-
-# At a shape no bucket was ported for, a neighbour's kernel runs only where it beat eager there by
-# this much per octave of distance (row width; a row-count octave counts a quarter, as in
-# format.bucket_distance): a stated assumption, not a fit. Between ported widths a row-wise kernel
-# keeps its efficiency only approximately, and eager's changes too, so a thin margin far away is
-# no evidence of a win. bench/suite.py --unseen measures what it gets right.
-MARGIN_PER_OCTAVE = 0.10
-# A bucket of the same row width lends its config to row counts within this many octaves: a
-# row-wise config is tuned for its width; far fewer rows (a grid under the SM count) may have
-# been won by a config that spreads one row over more warps.
-SAME_WIDTH_ROW_OCTAVES = 2
-# The generated modules' default rules (porter/codegen/heuristics.py), which their launchers call
-# with config=None; the loader calls them with the device's limits to derive a config.
-_DEFAULT_RULES = ("rowwise_default", "columns_default", "flat_default", "matmul_default")
-
 
 class PackFallbackWarning(UserWarning):
     """The reference runs instead of a packed kernel; the message says why."""
-
-
-@dataclass(frozen=True)
-class Choice:
-    """What one call would run: an entry's bucket and config, or the reference.
-
-    bucket is None when no entry fits (the fallback); reference_why is set when an entry fits
-    but the reference op runs instead (eager measured or estimated faster at this shape).
-    """
-
-    target: str | None
-    bucket: dict[str, Any] | None
-    interpret: bool
-    reason: str  # why this choice (or why the fallback)
-    # what the launcher gets: None = its own choice for the shape (porter.codegen.heuristics)
-    config: dict[str, Any] | None = None
-    basis: str = ""  # where the config came from, in words (describe() says it)
-    reference_why: str | None = None  # the entry fits, but the reference op runs: why
-    evidence: str = ""  # at a shape with no exact bucket: the kernel-vs-eager estimate
-    asked: str = ""  # the inputs' "bucket/dtype"
-
-    @property
-    def runs_kernel(self) -> bool:
-        return self.bucket is not None and self.reference_why is None
-
-    @property
-    def unseen(self) -> bool:
-        """The inputs' shape bucket is not one the entry was ported for."""
-        return self.bucket is not None and f"{self.bucket['bucket']}/{self.bucket['dtype']}" \
-            != self.asked
-
-
-def ensure_interpreter_ready() -> str | None:
-    """Make sure Triton's interpreter can run kernels in this process; None when it can.
-
-    `triton.language` decides at its own import whether its library functions (`tl.sum`,
-    `tl.max`, ...) are interpreted: imported without TRITON_INTERPRET=1 they are compiled-only
-    JITFunctions, and every interpreted kernel that calls them fails with "Cannot call
-    @triton.jit'd outside of the scope of a kernel". So it is imported here with the variable set
-    (cross-compiling still works afterwards; the variable is restored).
-
-    Returns:
-        None when ready, else the reason the interpreter cannot work in this process.
-    """
-    if "triton.language" not in sys.modules:
-        with triton_interpret(True):
-            # triton.language first, for its import-time decision; then Triton's code generator,
-            # which imports gluon, which asserts at import that tl's library functions are
-            # JITFunctions unless the interpreter is on: import it now, too, or the first
-            # cross-compile after this fails with a bare AssertionError.
-            import triton.language  # noqa: F401, I001
-            import triton.compiler.code_generator  # noqa: F401
-        return None
-    import triton.language as tl
-    from triton.runtime.jit import JITFunction
-
-    if isinstance(getattr(tl, "sum", None), JITFunction) and type(tl.sum) is JITFunction:
-        return ("triton.language was imported before TRITON_INTERPRET=1 was set, so Triton's "
-                "interpreter cannot run kernels in this process; set TRITON_INTERPRET=1 before "
-                "importing triton (or import porter first)")
-    return None
-
-
-_module_ids = itertools.count()
-
-
-@dataclass(frozen=True)
-class _Verified:
-    """A module executed from verified bytes, and the text pinned for it in linecache."""
-
-    module: ModuleType
-    filename: str  # "<porter pack ...>": the module's code objects carry it
-    text: str
-
-
-def _exec_verified(data: bytes, *, label: str, display: str) -> _Verified:
-    """Execute verified pack bytes as a fresh module; nothing is read from disk.
-
-    Triton's @jit does not compile the bytecode: it reads the function's source through `inspect`
-    (linecache) when it decorates, and under the interpreter again on the first run, and uses
-    that text. So the verified text is pinned in linecache under a "<...>" name, which linecache
-    never reads from disk, and the code objects carry that name. The module name is unique, since
-    triton looks a function's module up in sys.modules and two packs may hold the same file.
-
-    Args:
-        data: the file's bytes, already checked against the manifest.
-        label: part of the module name (e.g. "rmsnorm_ref").
-        display: the pack and file, shown in tracebacks (e.g. "rmsnorm/nvidia/h100/x.py").
-    """
-    text = importlib.util.decode_source(data)
-    filename = f"<porter pack {display} sha256:{sha256_bytes(data)[:12]}>"
-    _pin_source(filename, text)
-    name = f"_porter_pack_{''.join(c if c.isalnum() else '_' for c in label)}_{next(_module_ids)}"
-    module = ModuleType(name)
-    sys.modules[name] = module  # triton.jit looks its function's module up while decorating
-    try:
-        exec(compile(text, filename, "exec", dont_inherit=True), module.__dict__)  # noqa: S102
-    except BaseException:
-        sys.modules.pop(name, None)
-        raise
-    return _Verified(module, filename, text)
-
-
-def _pin_source(filename: str, text: str) -> None:
-    # mtime None marks an entry that linecache.checkcache never re-validates against a file.
-    linecache.cache[filename] = (len(text), None, text.splitlines(keepends=True), filename)
-
-
-def _width(bucket: str) -> int:
-    """A bucket's row width (its last dimension)."""
-    return int(bucket.split("x")[-1])
-
-
-def _hw(target: str) -> Any:
-    import hwmodels
-
-    return hwmodels.get(target)
-
-
-class _Asked(Exception):
-    """Raised by a rule stand-in with the config the rule gave: the launcher stops there."""
-
-    def __init__(self, config: dict[str, Any], how: str) -> None:
-        super().__init__("config derived")
-        self.config = config
-        self.how = how  # the rule and the device values it was given
-
-
-def derive_config(module: ModuleType, hw: Any,
-                  inputs: tuple[Any, ...]) -> tuple[dict[str, Any] | None, str]:
-    """The config a generated module's own default rule gives `inputs` on device `hw`.
-
-    A generated launcher called with config=None sizes its config with the generator's rule
-    (`_DEFAULT_RULES`: rowwise_default, columns_default, flat_default or matmul_default from
-    porter/codegen/heuristics.py, embedded in the module) but with a 32-wide warp, 1024 threads,
-    an H100's SM count and no TMA, whatever the device. So the launcher is run once on meta
-    tensors of the inputs' shapes, strides and dtypes, with the rules swapped for stand-ins that
-    call them with `hw`'s warp width, thread limit, SM count and TMA, and stop the launch at the
-    first config one gives: the rule sees exactly the sizes the launcher derives from the inputs
-    (row count, reduced length, M/N/K), and the kernel form it picks is one this module has.
-    The extras `porter.codegen.variants.default_config` adds for a device are added the same
-    way: the looped lanes of a non-32-wide warp, fewer matmul stages where shared memory is
-    smaller.
-
-    Args:
-        module: a module executed from a pack file (never one that runs kernels: its rule is
-            swapped while this runs).
-        hw: the device's hardware model.
-        inputs: the call's inputs (only shapes, strides and dtypes are read).
-
-    Returns:
-        (config, how) with the rule's name in `how`; (None, why) when the module has no such
-        rule (a user's kernel, a hand-written launcher) or the launcher failed before asking it.
-    """
-    rules = {n: module.__dict__[n] for n in _DEFAULT_RULES if callable(module.__dict__.get(n))}
-    if not rules or not callable(getattr(module, "launch", None)):
-        return None, "the module has none of the generator's rules to ask"
-    eb = next((t.element_size() for t in inputs
-               if isinstance(t, torch.Tensor) and t.dtype.is_floating_point), 4)
-    device_args = {"warp_size": hw.warp_size,
-                   "max_threads": int(hw.limits.max_threads_per_block.value),
-                   "sms": int(hw.compute_units.value),
-                   "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2}
-
-    def stand_in(name: str) -> Any:
-        rule = rules[name]
-        sig = inspect.signature(rule)
-
-        def ask(*args: Any, **kwargs: Any) -> Any:
-            bound = sig.bind(*args, **kwargs)
-            used = {k: v for k, v in device_args.items() if k in sig.parameters}
-            bound.arguments.update(used)
-            config = rule(*bound.args, **bound.kwargs)
-            if config is None:  # not this rule's case (columns_default): the launcher goes on
-                return None
-            raise _Asked(dict(config), f"{name} with "
-                         f"{', '.join(f'{k} {v}' for k, v in used.items()) or 'its defaults'}")
-        return ask
-
-    meta = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-                 if isinstance(t, torch.Tensor) else t for t in inputs)
-    module.__dict__.update({name: stand_in(name) for name in rules})
-    try:
-        module.launch(*meta)
-        return None, "the launcher asked none of the generator's rules for these inputs"
-    except _Asked as asked:
-        config, used = asked.config, asked.how
-    except Exception as exc:  # noqa: BLE001 - no derived config; the launcher will choose
-        return None, f"asking the module's rules failed: {type(exc).__name__}: {exc}"
-    finally:
-        module.__dict__.update(rules)
-    lanes = module.__dict__.get("looped_lanes")
-    if hw.warp_size != 32 and "LANES" not in config and callable(lanes) and \
-            config.get("strategy") in ("looped", "single_pass", "persistent"):
-        # the launcher's own LANES assumes 32-wide warps (variants._add_lanes)
-        config["LANES"] = lanes(config["BLOCK_N"], config["num_warps"], eb, hw.warp_size)
-    if "BLOCK_M" in config and "BLOCK_K" in config:
-        # fewer pipeline stages where shared memory is smaller (variants.default_config)
-        smem = int(hw.limits.shared_memory_per_block_bytes.value)
-        tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * eb
-        while config["num_stages"] > 2 and config["num_stages"] * tile > smem:
-            config["num_stages"] -= 1
-    return config, used
-
-
-def _form(config: dict[str, Any] | None) -> str | None:
-    """The kernel form a config runs (None: no strategy recorded): one block holding the row
-    ("one-block": single_pass, persistent, two_block), the row read in chunks ("looped":
-    looped, looped_l2, split_row), or another strategy by its name. One form's speed says
-    little about another's: a looped softmax reads each row twice."""
-    strategy = (config or {}).get("strategy")
-    if strategy in ("single_pass", "persistent", "two_block"):
-        return "one-block"
-    if strategy in ("looped", "looped_l2", "split_row"):
-        return "looped"
-    return strategy
-
-
-def _speedup(b: dict[str, Any]) -> float | None:
-    """A bucket's measured kernel-vs-eager ratio (eager time / kernel time), or None."""
-    n = b.get("numbers") or {}
-    s = n.get("speedup_vs_eager")
-    if n.get("label") != "measured" or not isinstance(s, (int, float)):
-        return None
-    return float(s)
-
-
-def _pct_of_copy(b: dict[str, Any], target: str) -> str:
-    """", 93% of copy" for a measured bucket on a device with a measured copy bandwidth."""
-    n = b.get("numbers") or {}
-    t, nbytes = n.get("time_ms"), n.get("bytes_moved")
-    try:
-        copy = _hw(target).measured_value("copy_bandwidth_gbps")
-    except Exception:  # noqa: BLE001 - a name the hardware models no longer know: no figure
-        copy = None
-    if not t or not nbytes or not copy:
-        return ""
-    return f", {nbytes / (t * 1e-3) / 1e9 / copy * 100:.0f}% of copy"
-
-
-def _versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
-                  config: dict[str, Any] | None) -> tuple[str | None, str]:
-    """At a shape with no exact bucket: whether the reference op should run instead, by the
-    entry's measured kernel-vs-eager ratios at the nearest timed buckets of this dtype.
-
-    The rule (docs/PACKS.md): of the timed buckets of this dtype whose kernel has the form
-    `config` has (one block per row or looped: `_form`), take the nearest at or below the row
-    width and the nearest at or above it. The estimated ratio at the shape interpolates theirs
-    (on a log scale, each weighted by the other's distance: the nearer counts more; one side
-    only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
-    octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
-    counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
-    timed but none of this form. With no timed bucket of this dtype there is no estimate, and
-    the kernel runs (its tier already says it was never timed).
-
-    Returns:
-        (why the reference runs, or None; a sentence of the evidence for describe()).
-    """
-    target = entry["target"]
-    timed = [b for b in entry["buckets"] if b["dtype"] == dtype and _speedup(b) is not None
-             and bucket_distance(b["bucket"], bucket) != float("inf")]
-    if not timed:
-        return None, (f"no {dtype} bucket of {target} was timed against eager, so there is no "
-                      "estimate either way")
-    form = _form(config)
-    same = [b for b in timed if form is None or _form(b.get("config")) in (None, form)]
-    if not same:
-        return (f"this shape needs the {form} form of the kernel, and no {dtype} bucket of "
-                f"{target} timed that form against eager (timed: "
-                f"{', '.join(b['bucket'] for b in timed)}, another form)"), ""
-    width = _width(bucket)
-    sides = ([b for b in same if _width(b["bucket"]) <= width],
-             [b for b in same if _width(b["bucket"]) >= width])
-    near = list({id(b): (b, bucket_distance(b["bucket"], bucket) / 4.0) for side in sides
-                 if side for b in [min(side, key=lambda x: bucket_distance(x["bucket"], bucket))]
-                 }.values())
-    if len(near) == 2 and near[0][1] + near[1][1] > 0:
-        (b1, d1), (b2, d2) = near
-        estimate = math.exp((d2 * math.log(_speedup(b1) or 1e-9) +
-                             d1 * math.log(_speedup(b2) or 1e-9)) / (d1 + d2))
-    else:
-        estimate = _speedup(near[0][0]) or 0.0
-    octaves = min(d for _, d in near)
-    need = 1.0 + MARGIN_PER_OCTAVE * octaves
-    evidence = ("timed neighbours: " + "; ".join(
-        f"{b['bucket']} ran {_speedup(b):.2f}x eager{_pct_of_copy(b, target)}, {d:.2f} octaves "
-        "away" for b, d in near) + f"; estimate here {estimate:.2f}x eager, needs >= "
-        f"{need:.2f}x (1 + {MARGIN_PER_OCTAVE:.2f} per octave to the nearer)")
-    if estimate < need:
-        return f"estimated slower than eager here ({evidence})", evidence
-    return None, evidence
-
-
-class _ReferenceModule:
-    """The reference op behind a generated module's `launch` interface (out contract)."""
-
-    def __init__(self, reference: Any) -> None:
-        self.reference = reference
-
-    def launch(self, *inputs: Any, out: Any = None, config: Any = None) -> Any:
-        result = self.reference(*inputs)
-        if out is None:
-            return result
-        if isinstance(out, torch.Tensor):
-            return out.copy_(result)
-        for o, r in zip(out, result, strict=True):
-            o.copy_(r)
-        return out
 
 
 class PackedOp:
@@ -416,7 +91,7 @@ class PackedOp:
         self._sources: dict[str, bytes] = pack.files
         self.op: str = self.manifest["op"]
         self._warned: set[str] = set()
-        self._modules: dict[tuple[str, bool], _Verified] = {}
+        self._modules: dict[tuple[str, bool], Verified] = {}
         # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
         self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
         self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
@@ -447,38 +122,6 @@ class PackedOp:
     def _entry(self, target: str) -> dict[str, Any] | None:
         return next((e for e in self.manifest["entries"] if e["target"] == target), None)
 
-    @staticmethod
-    def _cpu_eligible(entry: dict[str, Any]) -> bool:
-        return entry.get("backend", "").startswith("triton") and any(
-            tier_rank(b.get("tier", "")) >= tier_rank(Tier.INTERPRETED) for b in entry["buckets"]
-        )
-
-    @staticmethod
-    def _pick_bucket(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
-        """The bucket whose file (and tier) serves `bucket`: the exact one, else the nearest of
-        the same dtype and rank, never a narrower row before a wider one."""
-        same_dtype = [b for b in entry["buckets"] if b["dtype"] == dtype]
-        exact = [b for b in same_dtype if b["bucket"] == bucket]
-        if exact:
-            return exact[0]
-        # Nearest first, but never a narrower row than asked for before a wider one: a config
-        # tuned for narrower rows may hold less than a whole row (single-pass BLOCK_N).
-        width = _width(bucket)
-        near = sorted(same_dtype, key=lambda b: (_width(b["bucket"]) < width,
-                                                 bucket_distance(b["bucket"], bucket)))
-        if near and bucket_distance(near[0]["bucket"], bucket) != float("inf"):
-            return near[0]
-        return None
-
-    @staticmethod
-    def _same_width(entry: dict[str, Any], bucket: str, dtype: str) -> dict[str, Any] | None:
-        """A bucket of the same dtype, rank and row width whose row count is within
-        SAME_WIDTH_ROW_OCTAVES of `bucket`'s (the nearest), or None."""
-        fits = [b for b in entry["buckets"] if b["dtype"] == dtype
-                and _width(b["bucket"]) == _width(bucket)
-                and bucket_distance(b["bucket"], bucket) <= SAME_WIDTH_ROW_OCTAVES]
-        return min(fits, key=lambda b: bucket_distance(b["bucket"], bucket), default=None)
-
     def choose(self, *inputs: Any) -> Choice:
         """What a call with these inputs would run, and why. Never raises for a bad fit."""
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
@@ -493,7 +136,7 @@ class PackedOp:
             return Choice(None, None, False, why_not, asked=asked)
         if on_cpu:
             targets = [self._cpu_target] if self._cpu_target else [
-                e["target"] for e in self.manifest["entries"] if self._cpu_eligible(e)]
+                e["target"] for e in self.manifest["entries"] if cpu_eligible(e)]
             where = "CPU (Triton interpreter)"
         else:
             if self._gpu_target is None:
@@ -514,8 +157,8 @@ class PackedOp:
                 continue
             exact = next((x for x in entry["buckets"]
                           if x["dtype"] == dtype and x["bucket"] == bucket), None)
-            same_width = None if exact else self._same_width(entry, bucket, dtype)
-            b = exact or same_width or self._pick_bucket(entry, bucket, dtype)
+            same_width = None if exact else same_width_bucket(entry, bucket, dtype)
+            b = exact or same_width or pick_bucket(entry, bucket, dtype)
             if b is None:
                 have = sorted({f"{x['bucket']}/{x['dtype']}" for x in entry["buckets"]})
                 reasons.append(f"{target} has no config for {dtype} at bucket {bucket} "
@@ -551,7 +194,7 @@ class PackedOp:
                     # e.g. a user's kernel: its launcher sizes blocks itself, and the bucket's
                     # launch options (warps, stages) held up at nearby shapes (issue 31)
                     basis = f"nearest bucket {b['bucket']}'s: {how}"
-            reference_why, evidence = (None, "") if on_cpu else _versus_eager(
+            reference_why, evidence = (None, "") if on_cpu else versus_eager(
                 entry, bucket, dtype, config)
             return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
                           asked)
@@ -569,7 +212,7 @@ class PackedOp:
         with self._lock:
             if key not in self._derived_configs:
                 try:
-                    hw = _hw(target)
+                    hw = hw_model(target)
                 except Exception as exc:  # noqa: BLE001 - a target the models no longer know
                     self._derived_configs[key] = (None, f"no hardware model: {exc}")
                 else:
@@ -584,7 +227,7 @@ class PackedOp:
         digest = self.manifest["files"][rel]
         if digest not in self._probes:
             with triton_interpret(True):  # decorating only: nothing is compiled or launched
-                self._probes[digest] = _exec_verified(
+                self._probes[digest] = exec_verified(
                     data, label=f"{self.op}_{Path(rel).stem}_rules",
                     display=f"{self.op}/{rel}").module
         return self._probes[digest]
@@ -646,8 +289,8 @@ class PackedOp:
                            "the reference op: %s", self.op, choice.asked, choice.target,
                            choice.reference_why)
             if key is not None:
-                self._resolved[key] = (_ReferenceModule(self.reference), None)
-            return _ReferenceModule(self.reference).launch(*inputs, out=out)
+                self._resolved[key] = (ReferenceModule(self.reference), None)
+            return ReferenceModule(self.reference).launch(*inputs, out=out)
         if choice.unseen:
             self._log_once(f"unseen:{choice.target}:{choice.asked}", "%s %s on %s: %s; config "
                            "%s: %s%s", self.op, choice.asked, choice.target, choice.reason,
@@ -715,7 +358,7 @@ class PackedOp:
                     "was never measured and may be much slower", self.op, choice.asked,
                     choice.target, config, exc,
                     refit if refit is not None else "the launcher's own default config", how,
-                    "timed" if _speedup(choice.bucket) is not None else "checked",
+                    "timed" if speedup(choice.bucket) is not None else "checked",
                     choice.bucket["bucket"])
                 if not choice.interpret and key is not None:
                     self._resolved[key] = (module, refit)
@@ -737,7 +380,7 @@ class PackedOp:
         if why is not None:
             self._warn_once(f"{choice.target} Metal entry: {why}")
             result = self.reference(*inputs)
-            return result if out is None else _ReferenceModule(lambda *a: result).launch(
+            return result if out is None else ReferenceModule(lambda *a: result).launch(
                 *inputs, out=out)
         self._log_once(f"metal:{choice.target}", "%s: running the %s Metal kernel %s", self.op,
                        choice.target, "through MPS" if inputs and any(
@@ -753,14 +396,14 @@ class PackedOp:
                 # Triton's @jit decides at decoration whether it interprets: "0" keeps a GPU
                 # module compiled even when the user's environment says otherwise.
                 with triton_interpret(interpret):
-                    self._modules[key] = _exec_verified(
+                    self._modules[key] = exec_verified(
                         self._sources[rel], label=f"{self.op}_{Path(rel).stem}",
                         display=f"{self.op}/{rel}")
             verified = self._modules[key]
         # Pinned again in case something cleared linecache since: the interpreter reads the
         # kernel's text on its first run, and it must find the verified text, not nothing.
         if verified.filename not in linecache.cache:
-            _pin_source(verified.filename, verified.text)
+            pin_source(verified.filename, verified.text)
         return verified.module
 
     def _load_reference(self) -> Any:
@@ -768,7 +411,7 @@ class PackedOp:
         data = self._sources[ref["file"]]
         function = ref.get("function")
         if function:
-            module = _exec_verified(data, label=f"{self.op}_ref",
+            module = exec_verified(data, label=f"{self.op}_ref",
                                     display=f"{self.op}/{ref['file']}").module
             if not callable(getattr(module, function, None)):
                 raise PackError(f"{self.path / ref['file']}: no function {function!r}, which the "
@@ -797,42 +440,9 @@ class PackedOp:
 
     # -- torch.library --------------------------------------------------------------------
     def register_custom_op(self) -> Any:
-        """Register `kernel_porter::<op>` as a torch.library custom op; returns the op.
-
-        The fake (meta) implementation runs the reference on fake tensors, so shapes and dtypes
-        propagate inside torch.compile without running a kernel. The op takes the inputs named
-        in the manifest's `signature` and returns one tensor.
-        """
-        kinds = self.manifest.get("signature") or []
-        if not kinds:
-            raise ValueError(f"{self.path}: the manifest has no input signature; "
-                             "cannot register a custom op")
-        types = {"tensor": torch.Tensor, "float": float, "int": int, "bool": bool}
-        params = [
-            inspect.Parameter(f"a{i}", inspect.Parameter.POSITIONAL_OR_KEYWORD,
-                              annotation=types[kind])
-            for i, kind in enumerate(kinds)
-        ]
-        sig = inspect.Signature(params, return_annotation=torch.Tensor)
-
-        def impl(*args: Any) -> torch.Tensor:
-            return self(*args)
-
-        def fake(*args: Any) -> torch.Tensor:
-            return self.reference(*args)
-
-        impl.__signature__ = sig  # type: ignore[attr-defined]
-        fake.__signature__ = sig  # type: ignore[attr-defined]
-        # A second pack of the same op in one process gets its own name (custom ops are global).
-        name = self.op
-        n = 1
-        while hasattr(getattr(torch.ops, _LIB_NAMESPACE), name):
-            n += 1
-            name = f"{self.op}_{n}"
-        op = torch.library.custom_op(f"{_LIB_NAMESPACE}::{name}", impl, mutates_args=())
-        op.register_fake(fake)
-        self.custom_op = op
-        return op
+        """Register `kernel_porter::<op>` as a torch.library custom op; returns the op
+        (porter.packs.custom_op says how)."""
+        return custom_op.register_custom_op(self)
 
 
 def load_pack(

@@ -1,0 +1,223 @@
+"""The policy at a shape no bucket was ported for (docs/PACKS.md, "Shapes no bucket was ported
+for"), which `PackedOp.choose` applies:
+
+- config: a bucket of the same row width (and a row count within 4x) lends its tuned config;
+  otherwise the config is *derived* for the shape by the module's own default rule
+  (porter.codegen.heuristics, embedded in every generated module) with the device's warp width
+  and thread limit, as `porter.codegen.variants.default_config` does for the port;
+- eager: on a GPU, the reference op runs instead when the kernel-vs-eager ratio estimated
+  from the nearest timed buckets of that dtype on either side of the row width (same kernel
+  form: one block or looped) is under 1 + MARGIN_PER_OCTAVE per octave to the nearer, or when
+  buckets of that dtype were timed but none of that form (`versus_eager`). Logged once per
+  (shape bucket, dtype); `describe()` says which config, why, and the estimate.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from types import ModuleType
+from typing import Any
+
+import torch
+
+from porter.packs.format import bucket_distance
+
+# At a shape no bucket was ported for, a neighbour's kernel runs only where it beat eager there by
+# this much per octave of distance (row width; a row-count octave counts a quarter, as in
+# format.bucket_distance): a stated assumption, not a fit. Between ported widths a row-wise kernel
+# keeps its efficiency only approximately, and eager's changes too, so a thin margin far away is
+# no evidence of a win. bench/suite.py --unseen measures what it gets right.
+MARGIN_PER_OCTAVE = 0.10
+# A bucket of the same row width lends its config to row counts within this many octaves: a
+# row-wise config is tuned for its width; far fewer rows (a grid under the SM count) may have
+# been won by a config that spreads one row over more warps.
+SAME_WIDTH_ROW_OCTAVES = 2
+# The generated modules' default rules (porter/codegen/heuristics.py), which their launchers call
+# with config=None; the loader calls them with the device's limits to derive a config.
+_DEFAULT_RULES = ("rowwise_default", "columns_default", "flat_default", "matmul_default")
+
+
+def row_width(bucket: str) -> int:
+    """A bucket's row width (its last dimension)."""
+    return int(bucket.split("x")[-1])
+
+
+def hw_model(target: str) -> Any:
+    import hwmodels
+
+    return hwmodels.get(target)
+
+
+class _Asked(Exception):
+    """Raised by a rule stand-in with the config the rule gave: the launcher stops there."""
+
+    def __init__(self, config: dict[str, Any], how: str) -> None:
+        super().__init__("config derived")
+        self.config = config
+        self.how = how  # the rule and the device values it was given
+
+
+def derive_config(module: ModuleType, hw: Any,
+                  inputs: tuple[Any, ...]) -> tuple[dict[str, Any] | None, str]:
+    """The config a generated module's own default rule gives `inputs` on device `hw`.
+
+    A generated launcher called with config=None sizes its config with the generator's rule
+    (`_DEFAULT_RULES`: rowwise_default, columns_default, flat_default or matmul_default from
+    porter/codegen/heuristics.py, embedded in the module) but with a 32-wide warp, 1024 threads,
+    an H100's SM count and no TMA, whatever the device. So the launcher is run once on meta
+    tensors of the inputs' shapes, strides and dtypes, with the rules swapped for stand-ins that
+    call them with `hw`'s warp width, thread limit, SM count and TMA, and stop the launch at the
+    first config one gives: the rule sees exactly the sizes the launcher derives from the inputs
+    (row count, reduced length, M/N/K), and the kernel form it picks is one this module has.
+    The extras `porter.codegen.variants.default_config` adds for a device are added the same
+    way: the looped lanes of a non-32-wide warp, fewer matmul stages where shared memory is
+    smaller.
+
+    Args:
+        module: a module executed from a pack file (never one that runs kernels: its rule is
+            swapped while this runs).
+        hw: the device's hardware model.
+        inputs: the call's inputs (only shapes, strides and dtypes are read).
+
+    Returns:
+        (config, how) with the rule's name in `how`; (None, why) when the module has no such
+        rule (a user's kernel, a hand-written launcher) or the launcher failed before asking it.
+    """
+    rules = {n: module.__dict__[n] for n in _DEFAULT_RULES if callable(module.__dict__.get(n))}
+    if not rules or not callable(getattr(module, "launch", None)):
+        return None, "the module has none of the generator's rules to ask"
+    eb = next((t.element_size() for t in inputs
+               if isinstance(t, torch.Tensor) and t.dtype.is_floating_point), 4)
+    device_args = {"warp_size": hw.warp_size,
+                   "max_threads": int(hw.limits.max_threads_per_block.value),
+                   "sms": int(hw.compute_units.value),
+                   "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2}
+
+    def stand_in(name: str) -> Any:
+        rule = rules[name]
+        sig = inspect.signature(rule)
+
+        def ask(*args: Any, **kwargs: Any) -> Any:
+            bound = sig.bind(*args, **kwargs)
+            used = {k: v for k, v in device_args.items() if k in sig.parameters}
+            bound.arguments.update(used)
+            config = rule(*bound.args, **bound.kwargs)
+            if config is None:  # not this rule's case (columns_default): the launcher goes on
+                return None
+            raise _Asked(dict(config), f"{name} with "
+                         f"{', '.join(f'{k} {v}' for k, v in used.items()) or 'its defaults'}")
+        return ask
+
+    meta = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                 if isinstance(t, torch.Tensor) else t for t in inputs)
+    module.__dict__.update({name: stand_in(name) for name in rules})
+    try:
+        module.launch(*meta)
+        return None, "the launcher asked none of the generator's rules for these inputs"
+    except _Asked as asked:
+        config, used = asked.config, asked.how
+    except Exception as exc:  # noqa: BLE001 - no derived config; the launcher will choose
+        return None, f"asking the module's rules failed: {type(exc).__name__}: {exc}"
+    finally:
+        module.__dict__.update(rules)
+    lanes = module.__dict__.get("looped_lanes")
+    if hw.warp_size != 32 and "LANES" not in config and callable(lanes) and \
+            config.get("strategy") in ("looped", "single_pass", "persistent"):
+        # the launcher's own LANES assumes 32-wide warps (variants._add_lanes)
+        config["LANES"] = lanes(config["BLOCK_N"], config["num_warps"], eb, hw.warp_size)
+    if "BLOCK_M" in config and "BLOCK_K" in config:
+        # fewer pipeline stages where shared memory is smaller (variants.default_config)
+        smem = int(hw.limits.shared_memory_per_block_bytes.value)
+        tile = (config["BLOCK_M"] + config["BLOCK_N"]) * config["BLOCK_K"] * eb
+        while config["num_stages"] > 2 and config["num_stages"] * tile > smem:
+            config["num_stages"] -= 1
+    return config, used
+
+
+def kernel_form(config: dict[str, Any] | None) -> str | None:
+    """The kernel form a config runs (None: no strategy recorded): one block holding the row
+    ("one-block": single_pass, persistent, two_block), the row read in chunks ("looped":
+    looped, looped_l2, split_row), or another strategy by its name. One form's speed says
+    little about another's: a looped softmax reads each row twice."""
+    strategy = (config or {}).get("strategy")
+    if strategy in ("single_pass", "persistent", "two_block"):
+        return "one-block"
+    if strategy in ("looped", "looped_l2", "split_row"):
+        return "looped"
+    return strategy
+
+
+def speedup(b: dict[str, Any]) -> float | None:
+    """A bucket's measured kernel-vs-eager ratio (eager time / kernel time), or None."""
+    n = b.get("numbers") or {}
+    s = n.get("speedup_vs_eager")
+    if n.get("label") != "measured" or not isinstance(s, (int, float)):
+        return None
+    return float(s)
+
+
+def _pct_of_copy(b: dict[str, Any], target: str) -> str:
+    """", 93% of copy" for a measured bucket on a device with a measured copy bandwidth."""
+    n = b.get("numbers") or {}
+    t, nbytes = n.get("time_ms"), n.get("bytes_moved")
+    try:
+        copy = hw_model(target).measured_value("copy_bandwidth_gbps")
+    except Exception:  # noqa: BLE001 - a name the hardware models no longer know: no figure
+        copy = None
+    if not t or not nbytes or not copy:
+        return ""
+    return f", {nbytes / (t * 1e-3) / 1e9 / copy * 100:.0f}% of copy"
+
+
+def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
+                  config: dict[str, Any] | None) -> tuple[str | None, str]:
+    """At a shape with no exact bucket: whether the reference op should run instead, by the
+    entry's measured kernel-vs-eager ratios at the nearest timed buckets of this dtype.
+
+    The rule (docs/PACKS.md): of the timed buckets of this dtype whose kernel has the form
+    `config` has (one block per row or looped: `kernel_form`), take the nearest at or below the row
+    width and the nearest at or above it. The estimated ratio at the shape interpolates theirs
+    (on a log scale, each weighted by the other's distance: the nearer counts more; one side
+    only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
+    octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
+    counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
+    timed but none of this form. With no timed bucket of this dtype there is no estimate, and
+    the kernel runs (its tier already says it was never timed).
+
+    Returns:
+        (why the reference runs, or None; a sentence of the evidence for describe()).
+    """
+    target = entry["target"]
+    timed = [b for b in entry["buckets"] if b["dtype"] == dtype and speedup(b) is not None
+             and bucket_distance(b["bucket"], bucket) != float("inf")]
+    if not timed:
+        return None, (f"no {dtype} bucket of {target} was timed against eager, so there is no "
+                      "estimate either way")
+    form = kernel_form(config)
+    same = [b for b in timed if form is None or kernel_form(b.get("config")) in (None, form)]
+    if not same:
+        return (f"this shape needs the {form} form of the kernel, and no {dtype} bucket of "
+                f"{target} timed that form against eager (timed: "
+                f"{', '.join(b['bucket'] for b in timed)}, another form)"), ""
+    width = row_width(bucket)
+    sides = ([b for b in same if row_width(b["bucket"]) <= width],
+             [b for b in same if row_width(b["bucket"]) >= width])
+    near = list({id(b): (b, bucket_distance(b["bucket"], bucket) / 4.0) for side in sides
+                 if side for b in [min(side, key=lambda x: bucket_distance(x["bucket"], bucket))]
+                 }.values())
+    if len(near) == 2 and near[0][1] + near[1][1] > 0:
+        (b1, d1), (b2, d2) = near
+        estimate = math.exp((d2 * math.log(speedup(b1) or 1e-9) +
+                             d1 * math.log(speedup(b2) or 1e-9)) / (d1 + d2))
+    else:
+        estimate = speedup(near[0][0]) or 0.0
+    octaves = min(d for _, d in near)
+    need = 1.0 + MARGIN_PER_OCTAVE * octaves
+    evidence = ("timed neighbours: " + "; ".join(
+        f"{b['bucket']} ran {speedup(b):.2f}x eager{_pct_of_copy(b, target)}, {d:.2f} octaves "
+        "away" for b, d in near) + f"; estimate here {estimate:.2f}x eager, needs >= "
+        f"{need:.2f}x (1 + {MARGIN_PER_OCTAVE:.2f} per octave to the nearer)")
+    if estimate < need:
+        return f"estimated slower than eager here ({evidence})", evidence
+    return None, evidence
