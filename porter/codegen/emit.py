@@ -9,9 +9,7 @@ they cost no memory traffic; pointwise ops become one line each; loads happen on
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 
 import sympy
@@ -21,6 +19,18 @@ from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
 from porter.codegen.ir import value_class
+from porter.codegen.kernel_args import KernelArgs
+from porter.codegen.kernel_args import sym_to_python  # noqa: F401 - importable from here as before
+from porter.codegen.patterns import is_softmax_denominator
+from porter.codegen.patterns import one_operand_helper
+from porter.codegen.patterns import row_shape
+from porter.codegen.patterns import trailing_merge
+from porter.codegen.spellings import LOG2E  # noqa: F401 - importable from here as before
+from porter.codegen.spellings import MASKED_LANE_FN
+from porter.codegen.spellings import METAL_DTYPE  # noqa: F401 - importable from here as before
+from porter.codegen.spellings import METAL_FN
+from porter.codegen.spellings import TRITON_DTYPE  # noqa: F401 - importable from here as before
+from porter.codegen.spellings import TRITON_FN
 
 
 @dataclass(frozen=True)
@@ -36,186 +46,6 @@ class Coord:
 
 
 ZERO = Coord("0")
-
-# Triton spelling of each IR pointwise function (arguments already fp32/int/bool values).
-LOG2E = "1.4426950408889634"  # exp(x) = exp2(x * log2 e)
-TRITON_FN = {
-    # div: IEEE round-to-nearest, as PyTorch does; plain `/` is an approximate (2 ulp) division on
-    # NVIDIA, which breaks e.g. layernorm of a constant row (sum/n != x exactly -> x - mean != 0).
-    "add": "({0} + {1})", "sub": "({0} - {1})", "mul": "({0} * {1})", "div": "tl.math.div_rn(tl.cast({0}, tl.float32), tl.cast({1}, tl.float32))",
-    # exp as exp2: tl.exp is ex2.approx.f32 on NVIDIA, whose subnormal results cost three more
-    # instructions per element (a compare and two scaling multiplies); tl.exp2 is the .ftz
-    # form, which flushes results under 2^-126 to 0 (bench/NOTES.md item 30)
-    "neg": "(-{0})", "exp": "tl.exp2(({0}) * " + LOG2E + ")", "log": "tl.log({0})",
-    "sqrt": "tl.sqrt({0})",
-    "rsqrt": "tl.rsqrt({0})", "erf": "tl.erf({0})", "sigmoid": "tl.sigmoid({0})",
-    # tanh(x) = 1 - 2 / (exp(2x) + 1): saturates cleanly to +-1 for large |x| (no inf/inf).
-    "tanh": "(1.0 - 2.0 / (tl.exp2(2.8853900817779268 * {0}) + 1.0))",
-    "abs": "tl.abs({0})", "reciprocal": "(1.0 / {0})",
-    # log1p/expm1 without cancellation for tiny |x| (Goldberg's and Kahan's corrections):
-    # u = 1 + x rounds; log(u) * x / (u - 1) restores the lost bits. Branch-free via where.
-    "log1p": "tl.log(1.0 + {0})",  # see Emitter._log1p/_expm1
-    "expm1": "(tl.exp2(({0}) * " + LOG2E + ") - 1.0)",
-    "sin": "tl.sin({0})", "cos": "tl.cos({0})",
-    "exp2": "tl.exp2({0})", "log2": "tl.log2({0})", "floor": "tl.floor({0})",
-    "ceil": "tl.ceil({0})", "maximum": "tl.maximum({0}, {1})", "minimum": "tl.minimum({0}, {1})",
-    "eq": "({0} == {1})", "ne": "({0} != {1})", "lt": "({0} < {1})", "le": "({0} <= {1})",
-    "gt": "({0} > {1})", "ge": "({0} >= {1})", "and": "({0} & {1})", "or": "({0} | {1})",
-    "xor": "({0} ^ {1})", "ne_bool": "(({0} != 0) != ({1} != 0))",
-    "where": "tl.where({0}, {1}, {2})", "sign": "tl.where({0} > 0, 1.0, tl.where({0} < 0, -1.0, 0.0))",
-}
-METAL_FN = {
-    **{k: v for k, v in TRITON_FN.items() if v.startswith("(")},
-    "div": "({0} / {1})",  # Metal's float division is IEEE-correct by default (no fast-math)
-    "exp": "exp({0})", "log": "log({0})", "sqrt": "sqrt({0})", "rsqrt": "rsqrt({0})",
-    "erf": "porter_erf({0})", "sigmoid": "(1.0f / (1.0f + exp(-{0})))",
-    "tanh": "precise::tanh({0})", "abs": "fabs({0})", "reciprocal": "(1.0f / {0})",
-    "log1p": "log(1.0f + {0})", "expm1": "(exp({0}) - 1.0f)",
-    "sin": "sin({0})",
-    "cos": "cos({0})", "exp2": "exp2({0})", "log2": "log2({0})", "floor": "floor({0})",
-    "ceil": "ceil({0})", "maximum": "fmax({0}, {1})", "minimum": "fmin({0}, {1})",
-    "and": "({0} && {1})", "or": "({0} || {1})", "where": "({0} ? {1} : {2})",
-    "sign": "sign({0})", "xor": "({0} ^ {1})", "ne_bool": "(({0} != 0) != ({1} != 0))",
-}
-
-# Pointwise functions whose value in masked lanes (a load's `other`, then constants) is worked
-# out at codegen time, in float32 with IEEE semantics (inf, nan) as the kernel computes it.
-MASKED_LANE_FN = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
-                  "neg": torch.neg, "exp": torch.exp, "exp2": torch.exp2, "abs": torch.abs,
-                  "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "log": torch.log,
-                  "maximum": torch.maximum, "minimum": torch.minimum, "pow": torch.pow}
-
-TRITON_DTYPE = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16",
-                torch.float64: "fp64", torch.int64: "i64", torch.int32: "i32", torch.int16: "i16",
-                torch.int8: "i8", torch.uint8: "u8", torch.bool: "i1"}
-METAL_DTYPE = {torch.float32: "float", torch.float16: "half", torch.bfloat16: "bfloat",
-               torch.int64: "long", torch.int32: "int", torch.bool: "bool", torch.uint8: "uchar",
-               torch.int8: "char", torch.int16: "short"}
-
-
-def _one_plus_erf_arg(n: Node) -> Node | None:
-    """y when `n` is add(erf(y), 1.0) or add(1.0, erf(y)) of a float y, else None."""
-    if n.attrs.get("fn") != "add" or len(n.args) != 2:
-        return None
-    for a, b in (n.args, n.args[::-1]):
-        if (isinstance(a, Node) and a.op == "pw" and a.attrs.get("fn") == "erf"
-                and not isinstance(b, (Node, bool)) and b == 1.0 and isinstance(a.args[0], Node)):
-            return a.args[0]
-    return None
-
-
-def _scaled(n: Any, factor: float) -> Node | None:
-    """x when `n` is mul(x, factor) or mul(factor, x) of a node x, else None."""
-    if not (isinstance(n, Node) and n.op == "pw" and n.attrs.get("fn") == "mul"
-            and len(n.args) == 2):
-        return None
-    for a, b in (n.args, n.args[::-1]):
-        if isinstance(a, Node) and not isinstance(b, (Node, bool)) and abs(b - factor) < 1e-12:
-            return a
-    return None
-
-
-def _gelu_arg(n: Node) -> Node | None:
-    """x when `n` is GELU's erf form as traced, mul(mul(x, 0.5), 1 + erf(mul(x, 1/sqrt 2)))
-    in either operand order, else None."""
-    if n.attrs.get("fn") != "mul" or len(n.args) != 2:
-        return None
-    for a, b in (n.args, n.args[::-1]):
-        x = _scaled(a, 0.5)
-        y = _one_plus_erf_arg(b) if isinstance(b, Node) and b.op == "pw" else None
-        if x is not None and y is not None and _scaled(y, 1.0 / math.sqrt(2.0)) is x:
-            return x
-    return None
-
-
-def _one_operand_helper(n: Node) -> tuple[str, Node, Any] | None:
-    """(Triton helper, its operand, the same function in torch) when `n` is a pattern one
-    fastmath helper computes whole (GELU, 1 + erf), else None."""
-    x = _gelu_arg(n)
-    if x is not None:
-        return "porter_gelu", x, torch.nn.functional.gelu
-    y = _one_plus_erf_arg(n)
-    if y is not None:
-        return "porter_one_plus_erf", y, lambda v: 1.0 + torch.erf(v)
-    return None
-
-
-def sym_to_python(expr: Any, symbols: dict[sympy.Symbol, tuple[int, int]]) -> str:
-    """Print a sympy size expression as Python over `inputs[k].shape[d]` (for launchers)."""
-    expr = sympy.sympify(expr)
-    if expr.is_Integer:
-        return str(int(expr))
-    if expr.is_Float and float(expr).is_integer():
-        return str(int(expr))
-    if expr.is_Symbol:
-        k, d = symbols[expr]
-        return f"inputs[{k}].shape[{d}]"
-    if expr.is_Add:
-        return "(" + " + ".join(sym_to_python(a, symbols) for a in expr.args) + ")"
-    if expr.is_Mul:
-        return "(" + " * ".join(sym_to_python(a, symbols) for a in expr.args) + ")"
-    name = type(expr).__name__
-    if name in ("FloorDiv", "floor") or isinstance(expr, sympy.floor):
-        if name == "FloorDiv":
-            a, b = expr.args
-            return f"({sym_to_python(a, symbols)} // {sym_to_python(b, symbols)})"
-    if name in ("Mod", "PythonMod"):
-        a, b = expr.args
-        return f"({sym_to_python(a, symbols)} % {sym_to_python(b, symbols)})"
-    if expr.is_Pow and expr.exp.is_Integer and int(expr.exp) > 0:
-        return "(" + " * ".join([sym_to_python(expr.base, symbols)] * int(expr.exp)) + ")"
-    raise UnsupportedOpError(f"size expression {expr}", "cannot express it from input sizes")
-
-
-@dataclass
-class KernelArgs:
-    """The runtime arguments one kernel needs, in order, and how the launcher computes each."""
-
-    symbols: dict[sympy.Symbol, tuple[int, int]]
-    params: list[str] = field(default_factory=list)  # kernel parameter names
-    launch_exprs: list[str] = field(default_factory=list)  # python expressions in the launcher
-    kinds: list[str] = field(default_factory=list)  # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32"
-    _sizes: dict[Any, str] = field(default_factory=dict)
-
-    def add(self, name: str, launch: str, kind: str) -> str:
-        if name not in self.params:
-            self.params.append(name)
-            self.launch_exprs.append(launch)
-            self.kinds.append(kind)
-        return name
-
-    def size(self, expr: Any) -> str:
-        expr = sympy.sympify(expr)
-        if expr.is_Integer:
-            return str(int(expr))
-        if expr not in self._sizes:
-            self._sizes[expr] = self.add(f"sz{len(self._sizes)}", sym_to_python(expr, self.symbols),
-                                         "i32")
-        return self._sizes[expr]
-
-    def input_ptr(self, k: int) -> str:
-        return self.add(f"in{k}_ptr", f"inputs[{k}]", f"ptr:in{k}")
-
-    def input_stride(self, k: int, d: int, col: bool = False) -> str:
-        """A stride argument. Strides multiplying the column index are constexprs: Triton's JIT
-        does not specialize an int argument equal to 1, and without knowing the unit stride
-        the compiler cannot emit 16-byte vector loads (ld.global.v4)."""
-        if col:
-            return self.add(f"in{k}_cs{d}", f"inputs[{k}].stride({d})", f"cstride:in{k}:{d}")
-        return self.add(f"in{k}_s{d}", f"inputs[{k}].stride({d})", "i64")
-
-    def output_ptr(self, j: int) -> str:
-        return self.add(f"out{j}_ptr", f"outs[{j}]", f"ptr:out{j}")
-
-    def output_stride(self, j: int, d: int, col: bool = False) -> str:
-        if col:
-            return self.add(f"out{j}_cs{d}", f"outs[{j}].stride({d})", f"cstride:out{j}:{d}")
-        return self.add(f"out{j}_s{d}", f"outs[{j}].stride({d})", "i64")
-
-    def declared(self) -> list[str]:
-        """Parameter declarations for a kernel signature (constexpr strides annotated)."""
-        return [f"{p}: tl.constexpr" if k.startswith("cstride") else p
-                for p, k in zip(self.params, self.kinds, strict=True)]
 
 
 class Emitter:
@@ -353,7 +183,7 @@ class Emitter:
             keeps = value_class(n.dtype) == "f" and isinstance(n.args[0], Node) and \
                 value_class(n.args[0].dtype) == "f"
             return self.masked_value(self.eval(n.args[0], coords, extra)) if keeps else None
-        helper = _one_operand_helper(n) if self.dialect == "triton" else None
+        helper = one_operand_helper(n) if self.dialect == "triton" else None
         if helper is not None:
             # not through the args: evaluating them would emit code the helper does not use
             _, arg, f = helper
@@ -393,7 +223,7 @@ class Emitter:
             rc = coords
             if n.attrs["keepdim"] and self.reduce_dim is not None and len(coords) > 0:
                 rc = coords[: self.reduce_dim] + coords[self.reduce_dim + 1:]
-            want = tuple(c for c, s in zip(rc, _row_shape(n), strict=True) if s != 1)
+            want = tuple(c for c, s in zip(rc, row_shape(n), strict=True) if s != 1)
             have = tuple(c for c, s in zip(self.row_coords, self.row_sizes, strict=True) if s != 1)
             if rc and want != have:
                 raise UnsupportedOpError(n.origin, "reduction result re-indexed (transposed or "
@@ -483,7 +313,7 @@ class Emitter:
 
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]
-        helper = _one_operand_helper(n) if self.dialect == "triton" else None
+        helper = one_operand_helper(n) if self.dialect == "triton" else None
         if helper is not None:
             # GELU whole, or 1 + erf(y): one helper each, cheaper on 16-bit outputs (fastmath.py)
             name, arg, _ = helper
@@ -525,7 +355,7 @@ class Emitter:
             return self._log1p(vals[0]) if fn == "log1p" else self._expm1(vals[0])
         if fn == "not":
             return self.tmp(f"({vals[0]} == 0)" if self.dialect == "triton" else f"(!{vals[0]})")
-        if fn == "div" and self.dialect == "triton" and _is_softmax_denominator(n.args[1]):
+        if fn == "div" and self.dialect == "triton" and is_softmax_denominator(n.args[1]):
             # x / sum(exp(g - max g)): the divisor is a per-row value in [1, n_cols], so one
             # IEEE reciprocal per row and a multiply per element (<= 1.5 ulp from x / s) saves
             # an IEEE division per element, which costs ~10 instructions and a MUFU op.
@@ -538,7 +368,9 @@ class Emitter:
         return self.tmp(self.fn(fn).format(*vals))
 
     def _sel(self, cond: str, a: str, b: str) -> str:
-        return f"tl.where({cond}, {a}, {b})" if self.dialect == "triton" else f"({cond} ? {a} : {b})"
+        if self.dialect == "triton":
+            return f"tl.where({cond}, {a}, {b})"
+        return f"({cond} ? {a} : {b})"
 
     def _log1p(self, x: str) -> str:
         """log(1 + x) without cancellation for tiny |x| (Goldberg): u = 1 + x rounds, and
@@ -570,7 +402,8 @@ class Emitter:
 
     def _convert(self, val: str, cls: str) -> str:
         if self.dialect == "metal":
-            return self.tmp({"f": f"(float)({val})", "i": f"(long)({val})", "b": f"({val} != 0)"}[cls])
+            return self.tmp({"f": f"(float)({val})", "i": f"(long)({val})",
+                             "b": f"({val} != 0)"}[cls])
         return self.tmp({"f": f"({val}).to(tl.float32)", "i": f"({val}).to(tl.int64)",
                          "b": f"({val} != 0)"}[cls])
 
@@ -605,7 +438,7 @@ class Emitter:
             for i, o in zip(in_big, out_big, strict=True):
                 c[i] = coords[o]
             return tuple(c)
-        merged = _trailing_merge(out_shape, in_shape)
+        merged = trailing_merge(out_shape, in_shape)
         if merged is not None:
             # Trailing dims merged into one (a flattened row): split that one coordinate only.
             c = coords[merged]
@@ -634,39 +467,7 @@ class Emitter:
         return tuple(out)
 
 
-def _trailing_merge(out_shape: tuple[Any, ...], in_shape: tuple[Any, ...]) -> int | None:
-    """k when `out_shape` is `in_shape` with dims k.. merged into its last dim, else None."""
-    k = len(out_shape) - 1
-    if k < 0 or len(in_shape) <= k or tuple(out_shape[:k]) != tuple(in_shape[:k]):
-        return None
-    if sympy.simplify(out_shape[k] - sympy.Mul(*in_shape[k:])) != 0:
-        return None
-    return k
-
-
 def _and(a: str | None, b: str | None) -> str | None:
     if a and b:
         return f"{a} & {b}"
     return a or b
-
-
-def _row_shape(n: Node) -> tuple[Any, ...]:
-    """Shape of a reduce node without its reduced (kept) dims."""
-    if n.attrs["keepdim"]:
-        return tuple(s for i, s in enumerate(n.shape) if i not in n.attrs["dims"])
-    return n.shape
-
-
-def _is_softmax_denominator(d: Any) -> bool:
-    """True for sum(exp(g - max(g))) over a row: a value in [1, n] (the max term is exp(0))."""
-    if not (isinstance(d, Node) and d.op == "reduce" and d.attrs.get("kind") == "sum"):
-        return False
-    e = d.args[0]
-    if not (isinstance(e, Node) and e.op == "pw" and e.attrs.get("fn") == "exp"):
-        return False
-    sub = e.args[0]
-    if not (isinstance(sub, Node) and sub.op == "pw" and sub.attrs.get("fn") == "sub"):
-        return False
-    g, m = sub.args
-    return (isinstance(m, Node) and m.op == "reduce" and m.attrs.get("kind") == "max"
-            and m.args[0] is g and m.attrs.get("dims") == d.attrs.get("dims"))

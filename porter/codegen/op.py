@@ -18,10 +18,10 @@ from porter.codegen import dtypes
 from porter.codegen import heuristics
 from porter.codegen import rowwise
 from porter.codegen import variants
-from porter.codegen.emit import TRITON_DTYPE
 from porter.codegen.fusion import FusionReport
 from porter.codegen.ir import Graph
 from porter.codegen.plan import RowPlan
+from porter.codegen.spellings import TRITON_DTYPE
 from porter.codegen.templates import TEMPLATES  # noqa: F401 - importable from here as before
 
 if TYPE_CHECKING:

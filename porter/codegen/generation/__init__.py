@@ -10,7 +10,6 @@ from typing import Any
 import torch
 
 from porter.codegen import dtypes
-from porter.codegen.emit import KernelArgs
 from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.generation.flat import flat_ok
 from porter.codegen.generation.flat import gen_flat
@@ -19,6 +18,7 @@ from porter.codegen.generation.matmul_rowwise import gen_matmul_rowwise
 from porter.codegen.generation.rowwise import gen_rowwise
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.op import GeneratedOp
 from porter.codegen.plan import classify
 from porter.codegen.trace import trace

@@ -10,10 +10,10 @@ from typing import Any
 from porter.codegen import dtypes
 from porter.codegen import fastmath
 from porter.codegen import heuristics
-from porter.codegen.emit import KernelArgs
-from porter.codegen.emit import sym_to_python
 from porter.codegen.fusion import FusionReport
 from porter.codegen.ir import Graph
+from porter.codegen.kernel_args import KernelArgs
+from porter.codegen.kernel_args import sym_to_python
 from porter.codegen.templates import safe_name
 
 

@@ -9,11 +9,11 @@ import sympy
 from porter.codegen import heuristics
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
-from porter.codegen.emit import KernelArgs
 from porter.codegen.fusion import report
 from porter.codegen.generation.common import common_ctx
 from porter.codegen.generation.common import heuristics_source
 from porter.codegen.ir import Graph
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.op import GeneratedOp
 from porter.codegen.op import KernelInfo
 from porter.codegen.templates import ENV

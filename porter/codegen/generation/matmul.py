@@ -11,14 +11,14 @@ import torch
 from porter.codegen import heuristics
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
-from porter.codegen.emit import KernelArgs
-from porter.codegen.emit import sym_to_python
 from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.fusion import report
 from porter.codegen.generation.common import common_ctx
 from porter.codegen.generation.common import heuristics_source
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
+from porter.codegen.kernel_args import KernelArgs
+from porter.codegen.kernel_args import sym_to_python
 from porter.codegen.op import GeneratedOp
 from porter.codegen.op import KernelInfo
 from porter.codegen.templates import ENV

@@ -18,14 +18,14 @@ from porter.codegen import dtypes
 from porter.codegen import fastmath
 from porter.codegen import matmul_rowwise
 from porter.codegen import rowwise
-from porter.codegen.emit import KernelArgs
-from porter.codegen.emit import sym_to_python
 from porter.codegen.fusion import report
 from porter.codegen.generation.common import common_ctx
 from porter.codegen.generation.matmul import gen_matmul
 from porter.codegen.generation.matmul import operand
 from porter.codegen.generation.rowwise import gen_rowwise
 from porter.codegen.ir import Graph
+from porter.codegen.kernel_args import KernelArgs
+from porter.codegen.kernel_args import sym_to_python
 from porter.codegen.op import GeneratedOp
 from porter.codegen.templates import ENV
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import torch
 
-from porter.codegen.emit import METAL_DTYPE
-from porter.codegen.emit import KernelArgs
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.metal.config import MetalConfig
+from porter.codegen.spellings import METAL_DTYPE
 
 if TYPE_CHECKING:
     from porter.codegen.op import GeneratedOp

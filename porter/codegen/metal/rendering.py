@@ -13,18 +13,18 @@ import sympy
 import torch
 
 from porter.codegen import rowwise
-from porter.codegen.emit import METAL_DTYPE
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
-from porter.codegen.emit import KernelArgs
-from porter.codegen.emit import sym_to_python
 from porter.codegen.ir import Node
+from porter.codegen.kernel_args import KernelArgs
+from porter.codegen.kernel_args import sym_to_python
 from porter.codegen.metal.config import MetalConfig
 from porter.codegen.metal.dispatch import Signature
 from porter.codegen.metal.dispatch import make_dispatch
 from porter.codegen.metal.vectorise import flat_vectorise
 from porter.codegen.metal.vectorise import row_loop
 from porter.codegen.metal.vectorise import vec_ok_expr
+from porter.codegen.spellings import METAL_DTYPE
 from porter.codegen.templates import ENV
 from porter.codegen.templates import safe_name
 from targets.dtypes import FLOAT_NAMES

@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from dataclasses import field
 
-from porter.codegen.emit import KernelArgs
 from porter.codegen.ir import Graph
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 from porter.codegen.rowwise.analysis import COMBINE
 from porter.codegen.rowwise.analysis import IDENTITY

@@ -11,8 +11,8 @@ import sympy
 
 from porter.codegen.emit import ZERO
 from porter.codegen.emit import Coord
-from porter.codegen.emit import KernelArgs
 from porter.codegen.ir import Node
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 
 IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}

@@ -39,7 +39,7 @@ import sympy
 
 from porter.codegen.emit import ZERO
 from porter.codegen.emit import Coord
-from porter.codegen.emit import KernelArgs
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 from porter.codegen.rowwise.analysis import full_coords
 from porter.codegen.rowwise.looped import looped

@@ -5,7 +5,6 @@ do the robust 2-norm's max and scaled sum of squares."""
 
 from __future__ import annotations
 
-from porter.codegen.emit import LOG2E
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
 from porter.codegen.rowwise.analysis import COMBINE
@@ -17,6 +16,7 @@ from porter.codegen.rowwise.rowgen import store_outputs
 from porter.codegen.rowwise.rowgen import store_post_inputs
 from porter.codegen.rowwise.variance import shift_point
 from porter.codegen.rowwise.variance import shifted_result
+from porter.codegen.spellings import LOG2E
 
 Span = tuple[str, str]  # a loop's first column and its end (code expressions)
 

@@ -8,9 +8,9 @@ from dataclasses import field
 
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
-from porter.codegen.emit import KernelArgs
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
+from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import unflattens
 from porter.codegen.rowwise.analysis import COMBINE
