@@ -25,7 +25,8 @@ search, ledger and manifest handle it as any other. The stages run one after the
 their times add: the space (`combined_space`) varies one stage's knobs with the others' at their
 defaults rather than offering the product.
 
-This module imports no generator (op.py imports it): the stages come back as generated ops.
+This module imports no generator (porter.codegen.generation imports it): the stages come back
+as generated ops.
 """
 
 from __future__ import annotations
@@ -120,7 +121,8 @@ def stages(g: Graph, a_operand: Callable[[Node], int]) -> list[Split]:
 
     Args:
         g: a graph `porter.codegen.plan.classify` calls matmul_rowwise.
-        a_operand: the input index of a matmul node's A operand (op.py resolves views).
+        a_operand: the input index of a matmul node's A operand (porter.codegen.generation.matmul
+            resolves views).
 
     Returns:
         One `Split` per matmul: its head is that matmul's stage; the last one's tail is the
