@@ -42,7 +42,8 @@ ERFC_COEFFS = (-1.8272347000726568, 1.4687020023033799, 0.3669909544106984,
 
 # erf(y) = 2/sqrt(pi) (y - y^3/3 + y^5/10 - y^7/42 + y^9/216 - ...): coefficients of y^(2k+1)
 # as a polynomial in y^2, used for |y| < 0.5 where 1 - erfc(|y|) would cancel.
-ERF_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * c for c in (1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216))
+ERF_TAYLOR = tuple(2.0 / math.sqrt(math.pi) * c
+                   for c in (1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216))
 
 
 def fit_erfc(degree: int = ERFC_DEGREE, p: float = ERFC_P, points: int = 100_001,

@@ -237,5 +237,6 @@ def split_chunks(n_cols, split, block_n):
     n_cols / split columns a chunk, rounded up to a multiple of block_n (the kernels' loop
     step), so at most `split` chunks; a chunk never starts past the row's end."""
     n = max(n_cols, 1)
-    chunk = -(-(-(-n // split)) // block_n) * block_n
+    per_chunk = -(-n // split)  # ceil(n / split)
+    chunk = -(-per_chunk // block_n) * block_n  # rounded up to a multiple of block_n
     return chunk, -(-n // chunk)

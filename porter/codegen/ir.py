@@ -26,7 +26,8 @@ INDEX_OPS = ("expand", "unsqueeze", "squeeze", "permute", "reshape", "slice", "c
 
 @dataclass(eq=False)
 class Node:
-    """One value in the graph (identity semantics: two nodes are equal only if they are the same)."""
+    """One value in the graph (identity semantics: two nodes are equal only if they are the
+    same)."""
 
     id: int
     op: str

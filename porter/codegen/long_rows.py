@@ -7,7 +7,8 @@ Metal backend has its own space (`porter.codegen.metal.variant_space`).
   FILL_WAVES programs per SM (16 rows of 4,194,304 elements: 16 programs for 132 SMs), or
   where rows are so wide that fewer than one per SM fit in half the L2 (4096 x 393216 fp32:
   16 rows; the L2-capped looped grid would leave SMs idle; then in groups of those rows only),
-  for rows of MIN_SPLIT_COLS+ columns, and where the op's graph fits (`split_row.why_not`). Knobs: GROUP_ROWS, the rows of one partials-and-apply launch
+  for rows of MIN_SPLIT_COLS+ columns, and where the op's graph fits (`split_row.why_not`).
+  Knobs: GROUP_ROWS, the rows of one partials-and-apply launch
   pair, so that a group's rows fit in half the L2 and the apply kernel re-reads them from it
   (absent: all rows in one pair); SPLIT, so that a launch's rows x SPLIT is 2, 4 or 8
   programs per SM (the SM count from the hardware model), at most MAX_SPLIT; BLOCK_N and

@@ -124,13 +124,13 @@ def interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_n
 
 def check_child() -> None:
     """Child side of `interpreted_check`: reads a job (JSON) on stdin, prints the verdict."""
+    import torch
+
     import hwmodels
     from harness import check
     from porter import codegen
     from porter.codegen.loading import load_generated_module
     from porter.specs import load_spec
-
-    import torch
 
 
     job = json.loads(sys.stdin.read())

@@ -40,7 +40,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
-
 from porter.errors import PorterError
 from targets.tiers import TIERS  # noqa: F401 - re-exported: the tier names, lowest to highest
 
@@ -113,7 +112,8 @@ def bucket_distance(a: str, b: str) -> float:
     # The last (row) dimension decides block sizes and strategy, the leading ones only the grid:
     # weigh it 4x so a row width match wins over a row count match.
     weights = [1.0] * (len(da) - 1) + [4.0]
-    return sum(w * abs(math.log2(x) - math.log2(y)) for w, x, y in zip(weights, da, db, strict=True))
+    return sum(w * abs(math.log2(x) - math.log2(y))
+               for w, x, y in zip(weights, da, db, strict=True))
 
 
 def _pow2_ceil(n: int) -> int:
