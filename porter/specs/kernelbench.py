@@ -23,13 +23,9 @@ How a file becomes an `OpSpec`:
 
 from __future__ import annotations
 
-import ast
 import copy
-import dis
 import logging
 import math
-import types
-from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -41,6 +37,16 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 from harness.problem import Shape
 from porter.errors import SpecError
+from porter.specs.kb_source import bind_num_features
+from porter.specs.kb_source import cast
+from porter.specs.kb_source import globals_read
+from porter.specs.kb_source import input_size_attrs
+from porter.specs.kb_source import keep_parity
+from porter.specs.kb_source import rewrite_sizes
+from porter.specs.kb_source import shape_attrs
+from porter.specs.kb_source import shape_key
+from porter.specs.kb_source import size_globals
+from porter.specs.kb_source import structure
 from porter.specs.opspec import OpSpec
 from porter.specs.opspec import import_file
 from porter.specs.opspec import validate
@@ -82,7 +88,7 @@ class KernelBenchProblem:
             )
         mod = self._modules.get(shape)
         if mod is None:
-            src = self.source if shape == self.original else _rewrite_sizes(
+            src = self.source if shape == self.original else rewrite_sizes(
                 self.source, dict(zip(self.size_names, shape, strict=True))
             )
             mod = import_file(self.path, source=src, tag="kernelbench")
@@ -128,11 +134,11 @@ class KernelBenchProblem:
         except Exception as exc:  # noqa: BLE001
             raise SpecError(self.path, f"get_inputs() failed at {self.describe(shape)}: "
                             f"{type(exc).__name__}: {exc}") from None
-        inputs = [_cast(x, dtype, device) for x in raw]
-        params = [_cast(t.detach(), dtype, device) for _, t in self.lifted(shape)]
+        inputs = [cast(x, dtype, device) for x in raw]
+        params = [cast(t.detach(), dtype, device) for _, t in self.lifted(shape)]
         self.n_inputs = len(inputs)
         # Remember which sizes produced these tensor shapes, so the reference finds its model.
-        self._models[("by_inputs", _shape_key(inputs))] = self.model(shape)
+        self._models[("by_inputs", shape_key(inputs))] = self.model(shape)
         return (*inputs, *params)
 
     def reference(self, *args: Any) -> Any:
@@ -141,7 +147,7 @@ class KernelBenchProblem:
         inputs, params = list(args[:n]), list(args[n:])
         model = self._size_independent_model()
         if model is None:
-            model = self._models.get(("by_inputs", _shape_key(inputs)))
+            model = self._models.get(("by_inputs", shape_key(inputs)))
         if model is None:
             model = self._find_model(inputs)
         names = [name for name, _ in list(model.named_parameters()) + list(model.named_buffers())]
@@ -155,7 +161,7 @@ class KernelBenchProblem:
         saved = []
         hooks = []
         try:
-            for mod_name, attr, pname in _shape_attrs(model):
+            for mod_name, attr, pname in shape_attrs(model):
                 sub = model.get_submodule(mod_name)
                 saved.append((sub, attr, getattr(sub, attr)))
                 setattr(sub, attr, tuple(by_name[pname].shape))
@@ -163,10 +169,10 @@ class KernelBenchProblem:
             # InstanceNorm's num_features without weights or running stats, which it reads
             # only to warn on a mismatch) is taken from that input: compared with the
             # example's constant, it pinned the traced kernel's channels to the example's.
-            for name in _input_size_attrs(model):
+            for name in input_size_attrs(model):
                 sub = model.get_submodule(name)
                 saved.append((sub, "num_features", sub.num_features))
-                hooks.append(sub.register_forward_pre_hook(_bind_num_features))
+                hooks.append(sub.register_forward_pre_hook(bind_num_features))
             return torch.func.functional_call(model, by_name, tuple(inputs))
         finally:
             for hook in hooks:
@@ -193,7 +199,7 @@ class KernelBenchProblem:
         return built[0][1] if self._independent[key] else None
 
     def _same_computation(self, built: list[tuple[tuple[int, ...], torch.nn.Module]]) -> bool:
-        structures = [_structure(m) for _, m in built]
+        structures = [structure(m) for _, m in built]
         if all(st == structures[0] for st in structures[1:]):
             return self._reads_no_size_global(built)
         reads: set[tuple[str, str]] = set()
@@ -202,8 +208,8 @@ class KernelBenchProblem:
             if got is None:
                 return False  # could not observe the forward: stay conservative
             reads |= got
-        first = _structure(built[0][1], reads)
-        return all(_structure(m, reads) == first for _, m in built[1:]) and \
+        first = structure(built[0][1], reads)
+        return all(structure(m, reads) == first for _, m in built[1:]) and \
             self._reads_no_size_global(built)
 
     def _reads_no_size_global(self, built: list[tuple[tuple[int, ...], torch.nn.Module]]) -> bool:
@@ -212,7 +218,7 @@ class KernelBenchProblem:
         for _, m in built:
             for mod in m.modules():
                 fwd = getattr(type(mod).forward, "__code__", None)
-                if fwd is not None and sizes & _globals_read(fwd) and \
+                if fwd is not None and sizes & globals_read(fwd) and \
                         not type(mod).__module__.startswith("torch."):
                     return False
         return True
@@ -260,10 +266,10 @@ class KernelBenchProblem:
         for shape in list(self._modules):
             probe = self.make_inputs(shape, torch.float32, torch.device("cpu"),
                                      torch.Generator().manual_seed(0))[: self.n_inputs]
-            if _shape_key(list(probe)) == _shape_key(inputs):
+            if shape_key(list(probe)) == shape_key(inputs):
                 return self.model(shape)
         raise SpecError(self.path,
-                        f"no sizes of this file produce inputs shaped {_shape_key(inputs)}",
+                        f"no sizes of this file produce inputs shaped {shape_key(inputs)}",
                         "make the inputs with spec.make_inputs")
 
     def describe(self, shape: Shape) -> str:
@@ -298,7 +304,7 @@ class KernelBenchProblem:
         for o, v in value.items():
             if v != o and (v > MIN_REDUCIBLE or o in init) and v in kept:
                 while v < o and v in kept:
-                    v = _keep_parity(min(o, v * 2), o)
+                    v = keep_parity(min(o, v * 2), o)
                 moved[o] = v
         return tuple(moved.get(o, v) for o, v in zip(self.original, shape, strict=True))
 
@@ -308,7 +314,7 @@ class KernelBenchProblem:
         code = getattr(get_init, "__code__", None)
         if code is None:
             return set()
-        reads = _globals_read(code)
+        reads = globals_read(code)
         return {o for n, o in zip(self.size_names, self.original, strict=True)
                 if n.split("[")[0] in reads}
 
@@ -335,7 +341,7 @@ class KernelBenchProblem:
         (``| 1``) so non-power-of-two handling is still exercised.
         """
         groups = sorted({v for v in self.original if v > MIN_REDUCIBLE}, key=self.original.index)
-        value = {g: _keep_parity(min(g, cap), g) if g > cap else g for g in groups}
+        value = {g: keep_parity(min(g, cap), g) if g > cap else g for g in groups}
 
         def current() -> tuple[int, ...]:
             return tuple(value.get(v, v) for v in self.original)
@@ -352,7 +358,7 @@ class KernelBenchProblem:
                 g = lead
             else:
                 g = max(live, key=lambda k: value[k])
-            value[g] = max(MIN_REDUCIBLE, _keep_parity(value[g] // 2, g))
+            value[g] = max(MIN_REDUCIBLE, keep_parity(value[g] // 2, g))
         return current()
 
     def odd(self, shape: Shape) -> Shape:
@@ -397,7 +403,7 @@ class KernelBenchProblem:
         self._modules.pop(tuple(shape), None)
         self._models.pop(("model", tuple(shape)), None)
         if inputs:
-            self._models.pop(("by_inputs", _shape_key(list(inputs[: self.n_inputs]))), None)
+            self._models.pop(("by_inputs", shape_key(list(inputs[: self.n_inputs]))), None)
 
     def _input_elements(self, shape: Shape) -> int:
         # Evaluated through the real get_inputs on the meta device: no memory, exact structure.
@@ -411,169 +417,6 @@ class KernelBenchProblem:
         return sum(x.numel() for x in raw if isinstance(x, torch.Tensor))
 
 
-def _structure(model: torch.nn.Module,
-               reads: set[tuple[str, str]] | None = None) -> tuple[Any, ...]:
-    """Plain (non-tensor) attributes of every submodule, plus parameter/buffer shapes.
-
-    With `reads`, only the attributes in it ((submodule name, attribute) pairs) count.
-    """
-    skip = {"training", "_parameters", "_buffers", "_modules", "_non_persistent_buffers_set"}
-    follows = {(m, a): p for m, a, p in _shape_attrs(model)}
-    follows.update({(m, "num_features"): "the input" for m in _input_size_attrs(model)})
-    out: list[Any] = []
-    for name, mod in model.named_modules():
-        attrs = sorted((k, f"<shape of {follows[name, k]}>" if (name, k) in follows else repr(v))
-                       for k, v in vars(mod).items()
-                       if k not in skip and not k.startswith("_")
-                       and not isinstance(v, torch.Tensor)
-                       and (reads is None or (name, k) in reads))
-        out.append((name, type(mod).__name__, tuple(attrs)))
-    # Parameters are inputs of the reference (their sizes are traced symbolically): only their
-    # names, ranks and dtypes describe the computation, not their sizes.
-    tensors = list(model.named_parameters()) + list(model.named_buffers())
-    out.extend((n, t.dim(), t.dtype) for n, t in tensors)
-    return tuple(out)
-
-
-def _shape_attrs(model: torch.nn.Module) -> list[tuple[str, str, str]]:
-    """(submodule, attribute, parameter) for tuple attributes equal to an own parameter's shape.
-
-    LayerNorm keeps ``normalized_shape == weight.shape``: such an attribute follows the sizes
-    only through that parameter, which the reference receives as an input, so it is rebound
-    from the passed tensor rather than baked in (see `KernelBenchProblem.reference`).
-    """
-    out = []
-    for name, mod in model.named_modules():
-        own = list(mod.named_parameters(recurse=False)) + list(mod.named_buffers(recurse=False))
-        for k, v in vars(mod).items():
-            if k.startswith("_") or not isinstance(v, tuple) or not v or \
-                    not all(isinstance(d, int) for d in v):
-                continue
-            for pname, t in own:
-                if tuple(t.shape) == v:
-                    out.append((name, k, f"{name}.{pname}" if name else pname))
-                    break
-    return out
-
-
-def _input_size_attrs(model: torch.nn.Module) -> list[str]:
-    """Submodules whose num_features the forward only compares with the input's channels: an
-    InstanceNorm without affine weights or running stats (it warns on a mismatch; nothing
-    else reads it). `KernelBenchProblem.reference` binds it to the input's size."""
-    from torch.nn.modules.instancenorm import _InstanceNorm
-
-    return [name for name, mod in model.named_modules() if isinstance(mod, _InstanceNorm)
-            and not mod.affine and not mod.track_running_stats]
-
-
-def _bind_num_features(mod: Any, args: tuple[Any, ...]) -> None:
-    # the input's feature dim, as the module's forward finds it (N, C, *S or C, *S)
-    x = args[0]
-    mod.num_features = x.shape[x.dim() - mod._get_no_batch_dim()]
-
-
-def _globals_read(code: types.CodeType) -> set[str]:
-    """Global names a function (and the lambdas/comprehensions inside it) loads.
-
-    Not ``co_names``: that also lists attribute names, so ``self.dim`` would look like a read
-    of a size global ``dim`` (KernelBench's 24_LogSoftmax has both) and wrongly mark the model
-    as size-dependent, which specializes the traced kernel to one size.
-    """
-    names = {ins.argval for ins in dis.get_instructions(code)
-             if ins.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _globals_read(const)
-    return names
-
-
-def _keep_parity(target: int, original: int) -> int:
-    is_pow2 = original > 0 and (original & (original - 1)) == 0
-    return target if is_pow2 else (target | 1)
-
-
-def _shape_key(inputs: list[Any]) -> tuple[Any, ...]:
-    # int(): under a symbolic tracer (codegen's make_fx) sizes are SymInts, which do not hash;
-    # int() specializes them to the example's sizes, which is what picks the model anyway.
-    return tuple(tuple(int(d) for d in x.shape) if isinstance(x, torch.Tensor) else repr(x)
-                 for x in inputs)
-
-
-def _cast(x: Any, dtype: torch.dtype, device: torch.device) -> Any:
-    if isinstance(x, torch.Tensor):
-        x = x.to(device)
-        return x.to(dtype) if x.is_floating_point() else x
-    return x
-
-
-def _size_globals(path: Path, source: str) -> tuple[tuple[str, ...], tuple[int, ...]]:
-    """Top-level ``name = <int>`` assignments, in file order (the last one wins for repeats)."""
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except SyntaxError as exc:
-        raise SpecError(path, f"syntax error at line {exc.lineno}: {exc.msg}") from None
-    found: dict[str, int] = {}
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            try:
-                value = ast.literal_eval(node.value)
-            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
-                value = _eval_int_expr(node.value, found)
-            if value is None and isinstance(node.value, ast.Tuple):
-                # `input_shape = (8192 * 2,)`: entries written as arithmetic are sizes too.
-                entries = [_eval_int_expr(e, found) for e in node.value.elts]
-                value = tuple(entries) if entries and all(_is_int(v) for v in entries) else None
-            if isinstance(value, int) and not isinstance(value, bool):
-                found[node.targets[0].id] = value
-            elif isinstance(value, tuple) and value and all(_is_int(v) for v in value):
-                # A literal shape such as `input_shape = (32768,)`: each entry is a size.
-                for i, v in enumerate(value):
-                    found[f"{node.targets[0].id}[{i}]"] = v
-    return tuple(found), tuple(found.values())
-
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _eval_int_expr(node: ast.expr, env: dict[str, int]) -> int | None:
-    """Integer arithmetic over earlier size globals (``dim = 16384 * 2``); None otherwise."""
-    if isinstance(node, ast.Constant) and isinstance(node.value, int):
-        return node.value
-    if isinstance(node, ast.Name):
-        return env.get(node.id)
-    arithmetic = (ast.Mult, ast.Add, ast.Sub, ast.FloorDiv, ast.Pow)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, arithmetic):
-        a, b = _eval_int_expr(node.left, env), _eval_int_expr(node.right, env)
-        if a is None or b is None:
-            return None
-        ops: dict[type, Callable[[int, int], int]] = {
-            ast.Mult: lambda x, y: x * y, ast.Add: lambda x, y: x + y, ast.Sub: lambda x, y: x - y,
-            ast.FloorDiv: lambda x, y: x // y, ast.Pow: lambda x, y: x**y,
-        }
-        return ops[type(node.op)](a, b)
-    return None
-
-
-def _rewrite_sizes(source: str, sizes: dict[str, int]) -> str:
-    """The source with each size global's assigned value replaced; everything else as written."""
-    tree = ast.parse(source)
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name)):
-            name = node.targets[0].id
-            if name in sizes:
-                node.value = ast.copy_location(ast.Constant(sizes[name]), node.value)
-            elif isinstance(node.value, ast.Tuple) and f"{name}[0]" in sizes:
-                node.value.elts = [
-                    ast.copy_location(ast.Constant(sizes[f"{name}[{i}]"]), e)
-                    if f"{name}[{i}]" in sizes else e
-                    for i, e in enumerate(node.value.elts)
-                ]
-    return ast.unparse(tree)
-
-
 def load_kernelbench(path: Path) -> OpSpec:
     """Turn an unmodified KernelBench problem file into an `OpSpec` (see the module docstring).
 
@@ -582,7 +425,7 @@ def load_kernelbench(path: Path) -> OpSpec:
             model cannot be built or run at reduced sizes.
     """
     source = path.read_text(encoding="utf-8")
-    names, original = _size_globals(path, source)
+    names, original = size_globals(path, source)
     kb = KernelBenchProblem(path=path, source=source, size_names=names, original=original)
     mod = kb.module(original)  # imports once at real sizes: cheap, get_inputs is not called
     del mod
