@@ -4,7 +4,8 @@
 # Set-up makes .venv (seeing the system's packages, so a GPU machine keeps its own CUDA/ROCm torch)
 # and installs torch==2.13.0 only when no torch is importable: on a CPU machine that is the CPU
 # build from local disk, never a multi-GB CUDA download. Then the project (`pip install -e .`);
-# `make test` adds the test extra (`pip install -e '.[test]'`: pytest, pytest-xdist).
+# `make test` adds the test extra (`pip install -e '.[test]'`: pytest, pytest-xdist, ruff), then
+# runs ruff (the [tool.ruff] rules in pyproject.toml) before the suite.
 # The Metal executor (M4's emulated tier) builds kernels with a C++ compiler: g++ or clang++ from
 # the system, installed with apt-get when neither is there (else M4 stays at the emitted tier).
 
@@ -24,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 	$(VPY) -m pip install -q -e .
 	touch $@
 
-# The test extra (pytest, pytest-xdist) on top, once; redone whenever set-up is.
+# The test extra (pytest, pytest-xdist, ruff) on top, once; redone whenever set-up is.
 $(VENV)/.installed-test: $(VENV)/.installed
 	$(VPY) -m pip install -q -e '.[test]'
 	touch $@
@@ -37,5 +38,8 @@ demo: setup
 	$(VENV)/bin/porter port examples/rmsnorm/spec.py --targets a100,h100,h200,b200,mi300x,m4 --out packs/
 	$(VENV)/bin/porter pack show packs/rmsnorm
 
+# `python -m ruff`, not .venv/bin/ruff: where the system's packages already hold ruff==0.17.6,
+# pip installs nothing into .venv and there is no .venv/bin/ruff.
 test: $(VENV)/.installed-test
+	$(VPY) -m ruff check .
 	$(VPY) -m pytest -q -n 2 tests

@@ -171,6 +171,31 @@ def test_test_packages_are_an_extra_only() -> None:
     assert missing == []
 
 
+def _make_recipe(makefile: str, target: str) -> list[str]:
+    """The recipe lines (tab-indented) of `target` in a Makefile's text."""
+    lines = makefile.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith(f"{target}:"))
+    recipe = []
+    for ln in lines[start + 1:]:
+        if not ln.startswith("\t"):
+            break
+        recipe.append(ln.strip())
+    return recipe
+
+
+def test_make_test_lints_with_the_pinned_ruff() -> None:
+    """`make test` (what .ci/run runs) checks the tree with ruff before the suite, with a ruff
+    the test extra pins exactly (a newer ruff brings new findings: the bar would move)."""
+    test_extra = _pyproject()["project"]["optional-dependencies"]["test"]
+    ruff = [r.split("#")[0].strip() for r in test_extra if _dist_name(r) == "ruff"]
+    assert len(ruff) == 1 and re.fullmatch(r"ruff==[0-9.]+", ruff[0]), ruff
+    recipe = _make_recipe((REPO / "Makefile").read_text(), "test")
+    lint = [i for i, ln in enumerate(recipe) if "-m ruff check ." in ln]
+    suite = [i for i, ln in enumerate(recipe) if "-m pytest" in ln]
+    assert lint and suite and lint[0] < suite[0], recipe
+    assert _make_recipe("a: b\n\tone\n\ttwo\n\nc:\n\tthree\n", "a") == ["one", "two"]
+
+
 def test_package_data_globs_match_files() -> None:
     """A glob naming nothing (once `prompts/*.j2`, a folder that does not exist) is dead."""
     data = _pyproject()["tool"]["setuptools"]["package-data"]
