@@ -20,8 +20,6 @@ when the target runs past its time budget (`porter.budget`).
 from __future__ import annotations
 
 import time
-from collections import Counter
-from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -41,23 +39,18 @@ from porter.roles.base import RecordedCalls
 from porter.roles.base import SearchRequest
 from porter.roles.base import TargetContext
 from porter.roles.base import WriteRequest
+from porter.target_artifacts import save_artifact
+from porter.target_artifacts import write_target_artifacts
 from porter.verdicts import cfg_text
 from porter.verdicts import failure_summary
 
 if TYPE_CHECKING:
-    from porter.roles.base import Role
     from porter.roles.base import Team
     from porter.session import PortSession
 
 # Debugger fixes verified per target (each a cross-compile). Fixes are checked at the compile
 # tier and reported; they do not compete for the pack, so a port keeps the configs it picked.
 MAX_FIXES_PER_TARGET = 4
-
-
-def _save(ctx: TargetContext, role: Role, path: Path) -> Path:
-    ctx.session.ledger.artifact(target=ctx.target, role=role.name,
-                                implementation=role.implementation, path=path)
-    return path
 
 
 def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
@@ -79,7 +72,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     ctx.plan = plan = call(team.planner, "plan", PlanRequest(
         op=session.spec.name, target=hw.name, family=ctx.family, shapes=tuple(shapes),
         dtypes=tuple(dict.fromkeys(dtype_name(d) for _, d in pairs))))
-    _save(ctx, team.planner, plan.write(tdir / art.TUNING_PLAN))
+    save_artifact(ctx, team.planner, plan.write(tdir / art.TUNING_PLAN))
     say(f"[{hw.name}] {backend.name} {hw.build.arch}: plan -> {tdir / art.TUNING_PLAN}")
     notes: list[str] = []
     if not caps.compiles_here:
@@ -131,7 +124,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     found = {(b, d): search(s, d, b) for s, _, d, b in units}
     n_cands = sum(len([c for c in u.candidates if c.origin != "existing"]) for u in found.values())
     n_valid = n_cands + sum(u.capped for u in found.values())
-    _save(ctx, team.search, art.Candidates(hw.name, tuple(found.values())).write(
+    save_artifact(ctx, team.search, art.Candidates(hw.name, tuple(found.values())).write(
         tdir / art.CANDIDATES))
     if ctx.measured_here:
         floor = max((x.floor_ms for x in plan.shapes), default=0.0)
@@ -210,7 +203,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
         say(f"[{hw.name}] {index}/{len(units)} {bucket}/{dname}, {len(cands)} candidates{again}: "
             f"{outcome} ({elapsed:.0f} s, ~{left:.0f} s left)")
 
-    _write_artifacts(ctx, team, choices, written, diagnoses, fixed, profiles)
+    write_target_artifacts(ctx, team, choices, written, diagnoses, fixed, profiles)
     session.ledger.write_csv(session.run_dir / art.BENCH_RESULTS)
     return TargetResult(
         target=hw.name, vendor=hw.vendor, backend=backend.name, arch=hw.build.arch,
@@ -288,40 +281,6 @@ def _choice(session: PortSession, target: str, shape: tuple[int, ...], dname: st
     return BucketChoice(bucket=bucket, dtype=dname, shape=tuple(shape), config=kept.config,
                         source=kernel.source, tier=kept.tier, numbers=numbers,
                         origin="existing" if kernel.origin == "existing" else "generated")
-
-
-def _write_artifacts(ctx: TargetContext, team: Team, choices: list[BucketChoice],
-                     written: list[art.KernelSource], diagnoses: list[art.Diagnosis],
-                     fixed: list[art.KernelSource], profiles: list[art.UnitProfile]) -> None:
-    """The per-target artifacts of the Kernel Writer, Benchmark, Debugger and Profiler."""
-    from porter.roles.benchmark import bench_row
-
-    tdir, target = ctx.target_dir, ctx.target
-    language = ctx.capabilities().language
-    if choices:  # the source kept for the most units, with those units named
-        common, _ = Counter(c.source for c in choices).most_common(1)[0]
-        mine = [c for c in choices if c.source == common]
-        kernel = art.KernelSource(
-            target=target, language="triton" if mine[0].origin == "existing" else language,
-            source=common, config=dict(mine[0].config), origin=mine[0].origin,
-            bucket=mine[0].bucket, dtype=mine[0].dtype,
-            note="kept for " + ", ".join(f"{c.bucket}/{c.dtype}" for c in mine))
-    elif written:
-        kernel = art.KernelSource(**{**written[0].__dict__,
-                                     "note": "no candidate passed; the first one written"})
-    else:
-        kernel = None
-    if kernel is not None:
-        _save(ctx, team.writer, kernel.write_file(tdir / kernel.filename))
-    rows = [bench_row(e) for e in ctx.session.ledger if e.target == target]
-    _save(ctx, team.benchmark, art.write_bench_csv(rows, tdir / art.BENCH_RESULTS))
-    _save(ctx, team.debugger, art.DebugReport(target, tuple(diagnoses)).write(
-        tdir / art.DEBUG_REPORT))
-    if fixed:
-        name = art.KERNEL_FIXED if fixed[0].language != "metal" else "kernel_fixed.metal"
-        _save(ctx, team.debugger, fixed[0].write_file(tdir / name))
-    _save(ctx, team.profiler, art.ProfileReport(target, tuple(profiles)).write(
-        tdir / art.PROFILE_REPORT))
 
 
 def _tolerance_text(ctx: TargetContext) -> str:
