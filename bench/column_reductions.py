@@ -38,6 +38,8 @@ from typing import Any
 
 import torch
 
+from bench.configs import check_config
+
 REPO = Path(__file__).resolve().parents[1]
 CHECK = 2  # indices of dim 0 checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
@@ -105,13 +107,6 @@ def row_kernel_config(op: Any, hw: Any, inputs: tuple[torch.Tensor, ...]) -> dic
         one_round_variance=op._mm.get("one_round_variance", False))
 
 
-def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    g = got.double()
-    if not torch.isfinite(g).all():
-        return float("inf")
-    return float((g - want).abs().max() / want.abs().max().clamp_min(1e-30))
-
-
 def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda",
              interpret: bool = False) -> list[dict[str, Any]]:
     """One case's rows: each config tried (its error, or its max relative error), then the
@@ -135,22 +130,11 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda"
     rows: list[dict[str, Any]] = []
     good: dict[str, Callable[..., Any]] = {}
     for key, cfg in configs.items():
-        try:
-            got = mod.launch(*inputs, config=cfg)
-            if device == "cuda":
-                torch.cuda.synchronize()
-            err = max_rel_err(got[:CHECK], want)
-            del got
-        except Exception as exc:  # noqa: BLE001 - a config that fails is a result
-            rows.append({"case": case.name, "provider": key, "config": cfg,
-                         "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
-            continue
-        if err > TOL[case.dtype]:
-            rows.append({"case": case.name, "provider": key, "config": cfg,
-                         "error": f"max rel err {err:.3g} > {TOL[case.dtype]}"})
-            continue
-        good[key] = (lambda c: (lambda *a: mod.launch(*a, config=c)))(cfg)
-        rows.append({"case": case.name, "provider": key, "config": cfg, "max_rel_err": err})
+        row, run = check_config(mod, inputs, cfg, want, CHECK, TOL[case.dtype], device,
+                                case.name, key)
+        rows.append(row)
+        if run is not None:
+            good[key] = run
     # one set: every case's input is far over L2
     make_args = (lambda args_: (lambda: args_))(inputs)
     column_keys = [k for k in good if k.startswith("columns")]

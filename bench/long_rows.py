@@ -34,6 +34,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bench.configs import check_config
+
 REPO = Path(__file__).resolve().parents[1]
 NEW = ("split_row", "looped_l2")
 CHECK_ROWS = 8  # rows checked in float64
@@ -120,13 +122,6 @@ def _spread(c: dict[str, Any], chosen: list[dict[str, Any]]) -> int:
     return min(sum(c.get(k) != o.get(k) for k in set(c) | set(o)) for o in chosen)
 
 
-def max_rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
-    g = got.double()
-    if not torch.isfinite(g).all():
-        return float("inf")
-    return float((g - want).abs().max() / want.abs().max().clamp_min(1e-30))
-
-
 def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda",
              interpret: bool = False) -> list[dict[str, Any]]:
     """The case's rows: each tried config (wrong ones with why), then the final timings.
@@ -153,22 +148,11 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda"
     for fam, cfgs in chosen.items():
         for i, cfg in enumerate(cfgs):
             key = f"{fam}#{i}"
-            try:
-                got = mod.launch(*inputs, config=cfg)
-                if device == "cuda":
-                    torch.cuda.synchronize()
-                err = max_rel_err(got[:CHECK_ROWS], want)
-                del got
-            except Exception as exc:  # noqa: BLE001 - a config that fails is a result
-                rows.append({"case": case.name, "provider": key, "config": cfg,
-                             "error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"})
-                continue
-            if err > TOL[case.dtype]:
-                rows.append({"case": case.name, "provider": key, "config": cfg,
-                             "error": f"max rel err {err:.3g} > {TOL[case.dtype]}"})
-                continue
-            good[key] = (lambda c: (lambda *a: mod.launch(*a, config=c)))(cfg)
-            rows.append({"case": case.name, "provider": key, "config": cfg, "max_rel_err": err})
+            row, run = check_config(mod, inputs, cfg, want, CHECK_ROWS, TOL[case.dtype], device,
+                                    case.name, key)
+            rows.append(row)
+            if run is not None:
+                good[key] = run
     if not good:
         return rows
     make_args = lambda: inputs  # noqa: E731 - one set: every case's input is far over L2
