@@ -28,8 +28,6 @@ Device time: about 1.5 minutes on an H100 with the defaults (mostly compiling; w
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,8 +37,8 @@ from typing import Any
 import torch
 
 from bench.configs import check_config
+from bench.configs import run_cases
 
-REPO = Path(__file__).resolve().parents[1]
 CHECK = 2  # indices of dim 0 checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
 
@@ -209,7 +207,6 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in CASES if c.name in names]
 
     import hwmodels
-    from harness import env_info
     from harness.timing import TimingUnavailable
     from harness.timing import require_gpu
 
@@ -225,19 +222,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     hw = det.model
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"meta": True, "device": det.device_name, "hw_model": hw.name,
-            "versions": env_info.versions(),
-            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
-            "copy_gbps": hw.measured_value("copy_bandwidth_gbps"), "reps": args.reps}
-    print(json.dumps(meta), flush=True)
-    with (args.out / "column_reductions.jsonl").open("a") as sink:
-        sink.write(json.dumps(meta) + "\n")
-        for case in cases:
-            rows = run_case(case, hw, args)
-            for r in rows:
-                sink.write(json.dumps(r, default=str) + "\n")
-            sink.flush()
-            print_table(rows)
+    run_cases(args.out / "column_reductions.jsonl", det, hw, args.reps, cases,
+              lambda case: run_case(case, hw, args), print_table)
     return 0
 
 

@@ -1,10 +1,15 @@
-"""Checking a generated module's configs before timing them (bench/long_rows.py,
-bench/column_reductions.py): each config is run once and its first rows compared against a
-float64 reference; a config that raises or is wrong becomes a result row, not a crash."""
+"""What bench/long_rows.py and bench/column_reductions.py share: checking a generated module's
+configs before timing them (each run once, its first rows compared against a float64 reference;
+a config that raises or is wrong becomes a result row, not a crash), and the run record (a meta
+line, then each case's rows appended to a jsonl as soon as the case is done)."""
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -35,3 +40,26 @@ def check_config(mod: Any, inputs: tuple[Any, ...], cfg: dict[str, Any], want: t
     if err > tol:
         return {**row, "error": f"max rel err {err:.3g} > {tol}"}, None
     return {**row, "max_rel_err": err}, lambda *a: mod.launch(*a, config=cfg)
+
+
+def run_cases(path: Path, det: Any, hw: Any, reps: int, cases: Sequence[Any],
+              run: Callable[[Any], list[dict[str, Any]]],
+              show: Callable[[list[dict[str, Any]]], None]) -> None:
+    """Append a meta line (device, versions, code, copy bandwidth) to the jsonl at `path`, then
+    each case's rows from `run(case)`, flushed and shown per case."""
+    from harness import env_info
+
+    repo = Path(__file__).resolve().parents[1]
+    meta = {"meta": True, "device": det.device_name, "hw_model": hw.name,
+            "versions": env_info.versions(),
+            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(repo),
+            "copy_gbps": hw.measured_value("copy_bandwidth_gbps"), "reps": reps}
+    print(json.dumps(meta), flush=True)
+    with path.open("a") as sink:
+        sink.write(json.dumps(meta) + "\n")
+        for case in cases:
+            rows = run(case)
+            for r in rows:
+                sink.write(json.dumps(r, default=str) + "\n")
+            sink.flush()
+            show(rows)

@@ -23,8 +23,6 @@ kernels) and torch.compile; --cases and --no-compile cut it.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,8 +33,8 @@ import torch
 import torch.nn.functional as F
 
 from bench.configs import check_config
+from bench.configs import run_cases
 
-REPO = Path(__file__).resolve().parents[1]
 NEW = ("split_row", "looped_l2")
 CHECK_ROWS = 8  # rows checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
@@ -227,7 +225,6 @@ def main(argv: list[str] | None = None) -> int:
         cases = [c for c in cases if c.name in names]
 
     import hwmodels
-    from harness import env_info
     from harness.timing import require_gpu
 
     require_gpu()
@@ -236,20 +233,13 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("long_rows: the local GPU matches no hardware model in hwmodels/devices/")
     hw = det.model
     args.out.mkdir(parents=True, exist_ok=True)
-    meta = {"meta": True, "device": det.device_name, "hw_model": hw.name,
-            "versions": env_info.versions(),
-            "git_rev": os.environ.get("PORTER_GIT_REV") or env_info.git_rev(REPO),
-            "copy_gbps": hw.measured_value("copy_bandwidth_gbps"), "reps": args.reps}
-    print(json.dumps(meta), flush=True)
-    with (args.out / "long_rows.jsonl").open("a") as sink:
-        sink.write(json.dumps(meta) + "\n")
-        for case in cases:
-            rows = run_case(case, hw, args)
-            torch.cuda.empty_cache()  # the case's inputs and outputs (up to 13 GB) go back
-            for r in rows:
-                sink.write(json.dumps(r, default=str) + "\n")
-            sink.flush()
-            print_table(rows)
+
+    def run(case: Case) -> list[dict[str, Any]]:
+        rows = run_case(case, hw, args)
+        torch.cuda.empty_cache()  # the case's inputs and outputs (up to 13 GB) go back
+        return rows
+
+    run_cases(args.out / "long_rows.jsonl", det, hw, args.reps, cases, run, print_table)
     return 0
 
 
