@@ -173,7 +173,7 @@ def tma_transposed(stride_r, stride_c, elem_bytes):
     return None
 
 
-def matmul_default(m, n, k, elem_bytes, tma=False):
+def matmul_default(m, n, k, elem_bytes, tma=False, tf32x3=False):
     """Config for the matmul with a fused epilogue.
 
     Big 2-byte GEMMs: 128x256x64 tiles, 8 warps, 4 stages (the fastest tiled config in a sweep
@@ -181,8 +181,19 @@ def matmul_default(m, n, k, elem_bytes, tma=False):
     device has TMA) the persistent TMA kernel with the same tiles, whose epilogue runs on two
     N halves (at 128 fp32 accumulator values per thread one pass spills); the generated
     launcher runs the tiled kernel wherever TMA cannot describe the operands.
+
+    fp32 operands run as three tf32 products (`tf32x3`, where the device offers it): 128x128x64
+    tiles, 8 warps, 3 stages where they make >= 256 tiles, else 64x64x32 with 4 warps, 4 stages
+    (a sweep of 12 tiles on an H100, bench/NOTES.md item 49: 1.8-1.9x cuBLAS's exact fp32 at
+    4096^3, 1024x8192x8192 and 16384x4096x2048; 1.0x at 128x4096x4096, where the 128-row tiles
+    leave SMs idle). A K long enough for partial accumulators keeps the small tile.
     """
-    if elem_bytes >= 4:
+    if elem_bytes >= 4 and tf32x3 and acc_chunk(k, 32, elem_bytes) == 0:
+        if -(-m // 128) * -(-n // 128) >= 256:
+            bm, bn, bk, warps, stages = 128, 128, 64, 8, 3
+        else:
+            bm, bn, bk, warps, stages = 64, 64, 32, 4, 4
+    elif elem_bytes >= 4:
         bm, bn, bk, warps, stages = 64, 64, 32, 4, 3
     elif m >= 512 and n >= 512:
         bm, bn, bk, warps, stages = 128, 256, 64, 8, 4

@@ -211,13 +211,14 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     eb, dt = _elem(inputs, dtype)
     sizes = op.problem_sizes(inputs)
     if op.family == "matmul_epilogue":
+        tf32x3 = tf32x3_offered(op, hw, eb)
         cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
-                                        tma=_tma_ok(op, hw, inputs, eb))
+                                        tma=_tma_ok(op, hw, inputs, eb), tf32x3=tf32x3)
         _, _, smem, _ = _limits(hw)
         tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
         while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
-        if tf32x3_offered(op, hw, eb):
+        if tf32x3:
             cfg = (with_tf32x3([cfg], warp) or [cfg])[0]
     elif op.plan is not None and columns_offered(op, hw) and heuristics.columns_default(
             *_column_sizes(op, inputs), eb, warp_size=warp) is not None:

@@ -92,7 +92,12 @@ def derive_config(module: ModuleType, hw: Any,
     device_args = {"warp_size": hw.warp_size,
                    "max_threads": int(hw.limits.max_threads_per_block.value),
                    "sms": int(hw.compute_units.value),
-                   "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2}
+                   "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2,
+                   # fp32 operands as three tf32 products where the module's tiled kernel takes
+                   # them (it then ships acc_chunk) and the device has tf32 tensor cores, as
+                   # variants.tf32x3_offered decides for a port
+                   "tf32x3": eb == 4 and hw.build.backend == "triton-cuda"
+                   and bool(hw.peak_tflops("tf32")) and callable(module.__dict__.get("acc_chunk"))}
 
     def stand_in(name: str) -> Any:
         rule = rules[name]
@@ -105,6 +110,8 @@ def derive_config(module: ModuleType, hw: Any,
             config = rule(*bound.args, **bound.kwargs)
             if config is None:  # not this rule's case (columns_default): the launcher goes on
                 return None
+            if used.get("tf32x3") and "BLOCK_M" in config:
+                config = {**config, "ieee": False, "tf32x3": True}  # as the launcher reads it
             raise _Asked(dict(config), f"{name} with "
                          f"{', '.join(f'{k} {v}' for k, v in used.items()) or 'its defaults'}")
         return ask

@@ -298,3 +298,43 @@ def test_fp32_tf32x3_matmul_cross_compiles_for_sm90_without_spills(tmp_path: Pat
         assert rep.fits, (cfg, rep.reasons)
         assert rep.resources.spill_bytes == 0, (cfg, rep.resources)
         assert ("mma" in rep.artifacts["ptx"]) is (cfg is not exact)  # on the tensor cores
+
+
+def test_fp32_matmul_default_tile_follows_the_h100_sweep() -> None:
+    """tf32x3's default is the sweep's winner where the 128x128 tiles fill the device (>= 256
+    tiles), the 64x64 tile below; exact fp32 (no tf32x3: HIP, or no device) keeps its tile, and
+    a long K keeps the small tile of the partial accumulators."""
+    op = generate(matmul, (torch.randn(64, 128), torch.randn(128, 32)), name="mm_fp32_tile")
+    h100, mi = hwmodels.get("h100"), hwmodels.get("mi300x")
+    tile = ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages")
+
+    def meta(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return (torch.empty(m, k, device="meta"), torch.empty(k, n, device="meta"))
+
+    big = op.default_config(h100, meta(4096, 4096, 4096))
+    assert _fp32_dot(big) == "tf32x3" and [big[k] for k in tile] == [128, 128, 64, 8, 3]
+    assert big in op.variant_space(h100, meta(4096, 4096, 4096))
+    few_tiles = op.default_config(h100, meta(128, 4096, 4096))  # 32 tiles of 128x128
+    assert _fp32_dot(few_tiles) == "tf32x3" and [few_tiles[k] for k in tile] == [64, 64, 32, 4, 4]
+    exact = op.default_config(mi, meta(4096, 4096, 4096))
+    assert _fp32_dot(exact) == "ieee" and [exact[k] for k in tile][:3] == [64, 64, 32]
+    long_k = op.default_config(h100, _large_k(torch.float32))
+    assert [long_k[k] for k in tile][:3] == [64, 64, 32]
+
+
+def test_fp32_tf32x3_default_tile_cross_compiles_for_sm90_without_spills(tmp_path: Path) -> None:
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    op = generate(matmul, (torch.randn(64, 128), torch.randn(128, 32)), name="mm_x3_big")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    big = (torch.empty(4096, 4096, device="meta"), torch.empty(4096, 4096, device="meta"))
+    cfg = op.default_config(hw, big)
+    (ref,) = op.kernel_refs(big, cfg, source_path=str(path))
+    assert ref.constexprs["TF32X3"] is True and ref.constexprs["ACC_CHUNK"] == 0
+    rep = targets.for_device(hw).compile(ref, LaunchConfig(cfg["num_warps"], cfg["num_stages"]),
+                                         hw)
+    assert rep.fits, rep.reasons
+    assert rep.resources.spill_bytes == 0, rep.resources

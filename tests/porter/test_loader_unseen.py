@@ -268,3 +268,23 @@ def test_force_kernel_runs_the_chosen_kernel_or_says_why_not(tmp_path: Path) -> 
                                rtol=1e-5)
     with pytest.raises(ValueError, match="no config for fp16"):
         op.force_kernel(x.half())
+
+
+def test_fp32_matmul_config_derived_for_an_unseen_shape_uses_tf32x3_where_offered() -> None:
+    """The derived config of an fp32 matmul module runs its fp32 dots as tf32x3 where a port
+    would (CUDA with tf32 tensor cores), with the tile the rule gives that shape; exact fp32 on
+    MI300X (Triton's HIP backend has no tf32x3)."""
+    from porter.codegen import generate
+    from porter.codegen.loading import load_generated_module
+    from porter.packs.unseen import derive_config
+
+    op = generate(lambda a, b: a @ b, (torch.randn(64, 128), torch.randn(128, 32)),
+                  name="mm_unseen")
+    inputs = (torch.empty(4096, 2048, device="meta"), torch.empty(2048, 4096, device="meta"))
+    mod = load_generated_module(op.triton_module_source(), op.name, interpret=True)
+    cfg, how = derive_config(mod, hwmodels.get("h100"), inputs)
+    assert cfg is not None and cfg["tf32x3"] is True and cfg["ieee"] is False, how
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) == (128, 128, 64)
+    assert "tf32x3 True" in how
+    cfg, how = derive_config(mod, hwmodels.get("mi300x"), inputs)
+    assert cfg is not None and "tf32x3" not in cfg and "tf32x3 False" in how
