@@ -71,15 +71,16 @@ def looped_vec(lanes, elem_bytes):
     return vec if lanes % vec == 0 else 1
 
 
-def thread_lanes(lanes, elem_bytes, last_dim, n_cols, data_ptr):
+def thread_lanes(lanes, elem_bytes, last_dim, align, data_ptr):
     """(LANES, VEC) of the one-block kernels' per-thread (max, sum) pairs (bench/NOTES.md item
-    47). Where rows are 16-byte aligned (the reduced dim last, its length a multiple of 16, as
-    Triton specializes strides, and the data 16-byte aligned) a thread loads VEC contiguous
-    elements at a time; elsewhere one at a time, so the view takes VEC = 1 and LANES =
-    threads, or each thread's max would need shuffles. A wrong guess costs speed, not
-    correctness."""
+    47). Where rows are 16-byte aligned (the reduced dim last, the kernel's ALIGN, from the
+    row's length and strides, `rowwise_align`, a multiple of VEC, and the data 16-byte aligned)
+    a thread loads VEC contiguous elements at a time; elsewhere one at a time, so the view
+    takes VEC = 1 and LANES = threads, or each thread's max would need shuffles. A wrong guess
+    costs speed, not correctness (at width 3000, bf16, the VEC = 1 view of 16-byte loads took
+    4 KB of shared memory and 61 registers against 32 in an sm_90 compile)."""
     vec = looped_vec(lanes, elem_bytes)
-    aligned = last_dim and n_cols % 16 == 0 and data_ptr % 16 == 0
+    aligned = last_dim and align % vec == 0 and data_ptr % 16 == 0
     return (lanes, vec) if aligned else (lanes // vec, 1)
 
 

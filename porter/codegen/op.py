@@ -199,8 +199,10 @@ class GeneratedOp:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
             sig: dict[str, str] = {}
-            consts = {c: _const_value(c, config, inputs, ints, self._mm.get("last_dim", True))
-                      for c in k.constexprs}
+            strides = [ints[p] for p, kind in zip(k.params, k.kinds, strict=True)
+                       if kind == "i64" and p in ints]  # the row kernels' runtime strides
+            consts = {c: _const_value(c, config, inputs, ints, self._mm.get("last_dim", True),
+                                      strides) for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
                 if kind.startswith("cstride:"):
                     _, who, d = kind.split(":")
@@ -275,7 +277,8 @@ def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:
 
 
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
-                 ints: dict[str, int], last_dim: bool = True) -> Any:
+                 ints: dict[str, int], last_dim: bool = True,
+                 strides: Sequence[int] = ()) -> Any:
     if name == "FLATTEN":
         return bool(config.get("FLATTEN", True))  # the launcher's defaults too
     if name == "SUBTILE":
@@ -312,14 +315,17 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
     if name == "EVEN":  # as the rowwise launcher sets it
         return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
                                               int(ints["n_cols"]), config)
+    if name == "ALIGN":  # as the rowwise launcher sets it, from n_cols and the row strides
+        return heuristics.rowwise_align(int(ints["n_cols"]), strides)
     if name in ("LANES", "VEC"):  # as the rowwise launcher sets them
         first = next(x for x in inputs if isinstance(x, torch.Tensor))
         lanes = config.get("LANES") or heuristics.looped_lanes(
             config["BLOCK_N"], config["num_warps"], first.element_size())
         vec = heuristics.looped_vec(lanes, first.element_size())
         if config["strategy"] in ("single_pass", "persistent"):
-            lanes, vec = heuristics.thread_lanes(lanes, first.element_size(), last_dim,
-                                                 int(ints["n_cols"]), first.data_ptr())
+            lanes, vec = heuristics.thread_lanes(
+                lanes, first.element_size(), last_dim,
+                heuristics.rowwise_align(int(ints["n_cols"]), strides), first.data_ptr())
         return lanes if name == "LANES" else vec
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts

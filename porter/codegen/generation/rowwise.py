@@ -53,9 +53,11 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
         thread_pairs=bool(bodies.online_pairs),
         lane_strategies=_lane_strategies(bodies, plan), **_long_row_ctx(bodies, plan),
+        **_align_ctx(args),
         heuristics=heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
                                       heuristics.fold_config,
-                                      heuristics.rowwise_full_blocks, heuristics.looped_lanes,
+                                      heuristics.rowwise_full_blocks, heuristics.rowwise_align,
+                                      heuristics.looped_lanes,
                                       heuristics.looped_vec, heuristics.thread_lanes,
                                       *((heuristics.split_chunks,) if bodies.split else ()),
                                       *column_heuristics))
@@ -70,18 +72,21 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     thread = ("LANES", "VEC") if bodies.online_pairs else ()
     kernels = [
         KernelInfo(ctx["kname"] + "_single_pass_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, "HOIST", *pdl)
+                   ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *var1, *thread, "HOIST", *pdl)
                    if bodies.single_hoisted
-                   else ("ROWS", "BLOCK_N", "EVEN", *var1, *thread, *pdl), ("single_pass",),
+                   else ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *var1, *thread, *pdl),
+                   ("single_pass",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "EVEN", *lanes, *pdl), ("looped",),
+                   ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *lanes, *pdl), ("looped",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", *var1, *thread, *pdl), ("persistent",),
+                   ("ROWS", "BLOCK_N", "STAGES", "EVEN", "ALIGN", *var1, *thread, *pdl),
+                   ("persistent",),
                    tuple(args.launch_exprs)),
         KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", *var1, *pdl), ("two_block",),
+                   ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", "ALIGN", *var1, *pdl),
+                   ("two_block",),
                    tuple(args.launch_exprs)),
     ]
     if column is not None:
@@ -131,6 +136,22 @@ def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, .
     return ("looped", "looped_l2") if _looped_l2(bodies, plan) else ("looped",)
 
 
+def _align_ctx(args: KernelArgs) -> dict[str, Any]:
+    """The row kernels' ALIGN (heuristics.rowwise_align): the launcher's arguments (the runtime
+    row strides, "i64") and the lines that restate n_cols and those strides as multiples of
+    ALIGN at the top of each row kernel. The values are unchanged (ALIGN divides them), but
+    Triton's axis analysis then knows each row starts and ends on an ALIGN boundary and emits
+    16-byte vector loads at widths such as 3000, which the JIT's own divisibility-by-16
+    specialization misses (issue 31). `tl.multiple_of` on a scalar argument compiles but does
+    not reach the analysis (triton 3.9: still 2-byte loads)."""
+    strides = [(p, e) for p, e, k in zip(args.params, args.launch_exprs, args.kinds, strict=True)
+               if k == "i64"]
+    lines = ["# multiples of ALIGN (it divides them): vector loads at any such width",
+             "n_cols = n_cols // ALIGN * ALIGN",
+             *(f"{p} = {p} // ALIGN * ALIGN" for p, _ in strides)]
+    return {"align_lines": lines, "align_exprs": [e for _, e in strides]}
+
+
 def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
     """The template's context for the long-row kernels (`_triton_rowwise_long.py.j2`)."""
     l2 = _looped_l2(bodies, plan)
@@ -144,15 +165,18 @@ def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
     out = []
     if _looped_l2(bodies, plan):
         out.append(KernelInfo(kname + "_looped_l2_kernel", (*params, "n_cols"), (*kinds, "i32"),
-                              ("ROWS", "BLOCK_N", "EVEN", *lanes), ("looped_l2",), launch))
+                              ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *lanes), ("looped_l2",),
+                              launch))
     if bodies.split is not None:
         ws = ("n_cols", "ws_ptr", "chunk_cols", "n_chunks")
         ws_kinds = ("i32", "ptr:ws", "i32", "i32")
         online = ("LANES",) if bodies.online_pairs else ()
         out.append(KernelInfo(kname + "_split_partials_kernel", (*params, *ws, "row0"),
-                              (*kinds, *ws_kinds, "i32"), ("ROWS", "BLOCK_N", "EVEN", *online),
+                              (*kinds, *ws_kinds, "i32"),
+                              ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *online),
                               ("split_row",), launch))
         out.append(KernelInfo(kname + "_split_apply_kernel", (*params, *ws, "n_apply", "row0"),
                               (*kinds, *ws_kinds, "i32", "i32"),
-                              ("ROWS", "BLOCK_N", "EVEN", "SPLIT"), ("split_row",), launch))
+                              ("ROWS", "BLOCK_N", "EVEN", "ALIGN", "SPLIT"), ("split_row",),
+                              launch))
     return out
