@@ -41,7 +41,8 @@ class KernelInfo:
     "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
     its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
-    constexprs: the constexpr parameter names, filled from a config.
+    constexprs: the constexpr parameter names, filled from a config; align: the parameters
+    whose values the kernel's ALIGN divides, its length first (`heuristics.rowwise_align`).
     """
 
     name: str
@@ -50,6 +51,7 @@ class KernelInfo:
     constexprs: tuple[str, ...]
     strategies: tuple[str, ...]  # configs whose "strategy" runs this kernel
     launch: tuple[str, ...] = ()  # launcher expression per runtime param (to type int hints)
+    align: tuple[str, ...] = ()
 
 
 @dataclass
@@ -199,10 +201,9 @@ class GeneratedOp:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
             sig: dict[str, str] = {}
-            strides = [ints[p] for p, kind in zip(k.params, k.kinds, strict=True)
-                       if kind == "i64" and p in ints]  # the row kernels' runtime strides
+            aligned = [int(ints[p]) for p in k.align]
             consts = {c: _const_value(c, config, inputs, ints, self._mm.get("last_dim", True),
-                                      strides) for c in k.constexprs}
+                                      aligned) for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
                 if kind.startswith("cstride:"):
                     _, who, d = kind.split(":")
@@ -278,7 +279,7 @@ def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:
 
 def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
                  ints: dict[str, int], last_dim: bool = True,
-                 strides: Sequence[int] = ()) -> Any:
+                 aligned: Sequence[int] = ()) -> Any:
     if name == "FLATTEN":
         return bool(config.get("FLATTEN", True))  # the launcher's defaults too
     if name == "SUBTILE":
@@ -315,8 +316,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
     if name == "EVEN":  # as the rowwise launcher sets it
         return heuristics.rowwise_full_blocks(config["strategy"], int(ints["n_rows"]),
                                               int(ints["n_cols"]), config)
-    if name == "ALIGN":  # as the rowwise launcher sets it, from n_cols and the row strides
-        return heuristics.rowwise_align(int(ints["n_cols"]), strides)
+    if name == "ALIGN":  # as the rowwise launcher sets it, from the length and the strides
+        return heuristics.rowwise_align(aligned[0], aligned[1:])
     if name in ("LANES", "VEC"):  # as the rowwise launcher sets them
         first = next(x for x in inputs if isinstance(x, torch.Tensor))
         lanes = config.get("LANES") or heuristics.looped_lanes(
@@ -325,7 +326,7 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         if config["strategy"] in ("single_pass", "persistent"):
             lanes, vec = heuristics.thread_lanes(
                 lanes, first.element_size(), last_dim,
-                heuristics.rowwise_align(int(ints["n_cols"]), strides), first.data_ptr())
+                heuristics.rowwise_align(aligned[0], aligned[1:]), first.data_ptr())
         return lanes if name == "LANES" else vec
     if name == "UPCAST":
         return False  # only the CPU interpreter upcasts

@@ -24,6 +24,7 @@ from tests.porter.test_codegen import layernorm  # noqa: E402
 from tests.porter.test_codegen import rand  # noqa: E402
 from tests.porter.test_codegen import rmsnorm  # noqa: E402
 from tests.porter.test_codegen import softmax  # noqa: E402
+from tests.porter.test_codegen_columns import rmsnorm_channels  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -159,3 +160,49 @@ def test_softmax_pairs_view_follows_align() -> None:
         threads = cfg["num_warps"] * 32
         assert (ref.constexprs["VEC"], ref.constexprs["LANES"] // ref.constexprs["VEC"]) == \
             (vec, threads), (width, row)
+
+
+def test_column_kernel_aligns_on_the_last_dim_and_outer_strides() -> None:
+    # the column kernel takes its positions' stride as a constexpr (1), so its ALIGN divides
+    # n_inner and the outer dims' strides only; the row kernels' also take the last dim's
+    # runtime stride (1 here), so theirs is 1
+    x = rand(2, 8, 1000, dtype=BF16)
+    op = generate(rmsnorm_channels, (x,), name="rms_al_cols")
+    (col,) = [k for k in op.kernels if k.name.endswith("_columns_kernel")]
+    assert col.align == ("n_inner", "in0_s0", "out0_s0")
+    (ref,) = op.kernel_refs((x,), {"strategy": "columns", "BLOCK_I": 256, "BLOCK_R": 8,
+                                   "num_warps": 4})
+    assert ref.constexprs["ALIGN"] == 8  # 1000 = 8 x 125
+    (row,) = op.kernel_refs((x,), {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8,
+                                   "num_warps": 1})
+    assert row.constexprs["ALIGN"] == 1
+
+
+@pytest.mark.parametrize("inner", [1000, 1001])
+def test_column_kernel_matches_float64_at_aligned_and_odd_widths(inner: int) -> None:
+    x = rand(2, 8, inner, dtype=BF16)
+    check(rmsnorm_channels, (x,), f"rms_al_cols{inner}", BF16,
+          config={"strategy": "columns", "BLOCK_I": 256, "BLOCK_R": 8, "num_warps": 4})
+
+
+def test_width_3000_bf16_column_kernel_loads_vectors_with_align_only(tmp_path: Path) -> None:
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    ex = (rand(2, 64, 3000, dtype=BF16),)
+    op = generate(rmsnorm_channels, ex, name="rms_al_cols_ptx")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("h100")
+    cfg = op.default_config(hw, ex)
+    assert cfg["strategy"] == "columns"
+    (ref,) = op.kernel_refs(ex, cfg, source_path=str(path))
+    assert ref.constexprs["ALIGN"] == 8 and ref.signature["n_inner"] == "i32"
+    vector = re.compile(r"\.v[24]\b")
+    for align in (8, 1):
+        rep = targets.for_device(hw).compile(
+            dataclasses.replace(ref, constexprs={**ref.constexprs, "ALIGN": align}),
+            LaunchConfig(cfg["num_warps"], 1), hw)
+        assert rep.fits, rep.reasons
+        loads = {a for a in _global_accesses(rep.artifacts["ptx"]) if a.startswith("ld")}
+        assert any(vector.search(a) for a in loads) is (align == 8), (align, loads)

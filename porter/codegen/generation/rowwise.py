@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from typing import Any
 
 import sympy
@@ -35,7 +37,11 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     column = bodies.columns
     column_ctx = {"columns": column is not None,
                   "fold_args": ", words, stamp" if bodies.post else ""}
+    row_align = _align("n_cols", args)
     if column is not None:
+        column_align = _align("n_inner", column.args, "\n".join(column.coord_lines + column.body))
+        column_ctx.update(column_align_lines=column_align.lines,
+                          column_align_exprs=column_align.exprs)
         column_ctx.update(column_params=column.args.declared(),
                           column_launch_exprs=column.args.launch_exprs,
                           column_coord_lines=column.coord_lines, column_body=column.body,
@@ -53,7 +59,7 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         looped_lanes=bool(bodies.online_pairs) or bodies.one_round_variance,
         thread_pairs=bool(bodies.online_pairs),
         lane_strategies=_lane_strategies(bodies, plan), **_long_row_ctx(bodies, plan),
-        **_align_ctx(args),
+        align_lines=row_align.lines, align_exprs=row_align.exprs,
         heuristics=heuristics_source(heuristics.rowwise_default, heuristics._rowwise_tile,
                                       heuristics.fold_config,
                                       heuristics.rowwise_full_blocks, heuristics.rowwise_align,
@@ -75,19 +81,16 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                    ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *var1, *thread, "HOIST", *pdl)
                    if bodies.single_hoisted
                    else ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *var1, *thread, *pdl),
-                   ("single_pass",),
-                   tuple(args.launch_exprs)),
+                   ("single_pass",), tuple(args.launch_exprs), row_align.params),
         KernelInfo(ctx["kname"] + "_looped_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *lanes, *pdl), ("looped",),
-                   tuple(args.launch_exprs)),
+                   tuple(args.launch_exprs), row_align.params),
         KernelInfo(ctx["kname"] + "_persistent_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "STAGES", "EVEN", "ALIGN", *var1, *thread, *pdl),
-                   ("persistent",),
-                   tuple(args.launch_exprs)),
+                   ("persistent",), tuple(args.launch_exprs), row_align.params),
         KernelInfo(ctx["kname"] + "_two_block_kernel", (*params, "n_cols"), (*kinds, "i32"),
                    ("ROWS", "BLOCK_N", "BLOCK_TAIL", "EVEN", "ALIGN", *var1, *pdl),
-                   ("two_block",),
-                   tuple(args.launch_exprs)),
+                   ("two_block",), tuple(args.launch_exprs), row_align.params),
     ]
     if column is not None:
         # its own arguments (the others' and its constexpr strides); n_inner's launch
@@ -96,10 +99,11 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
             ctx["kname"] + "_columns_kernel",
             (*column.args.params, "n_rows", "n_cols", "n_inner"),
             (*column.args.kinds, "i32", "i32", "i32"),
-            ("BLOCK_I", "BLOCK_R", "EVEN", *var1, *pdl), ("columns",),
-            (*column.args.launch_exprs, "", "", sym_to_python(column.n_inner, g.symbols))))
+            ("BLOCK_I", "BLOCK_R", "EVEN", "ALIGN", *var1, *pdl), ("columns",),
+            (*column.args.launch_exprs, "", "", sym_to_python(column.n_inner, g.symbols)),
+            column_align.params))
     kernels += _long_row_kernels(ctx["kname"], bodies, plan, params, kinds, lanes,
-                                 tuple(args.launch_exprs))
+                                 tuple(args.launch_exprs), row_align.params)
     if bodies.post:
         kernels.append(KernelInfo(ctx["kname"] + "_post_kernel", params, kinds,
                                   ("BLOCK", "MAX_SPINS", "GRID_WAIT"), ("*",),
@@ -136,20 +140,37 @@ def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, .
     return ("looped", "looped_l2") if _looped_l2(bodies, plan) else ("looped",)
 
 
-def _align_ctx(args: KernelArgs) -> dict[str, Any]:
-    """The row kernels' ALIGN (heuristics.rowwise_align): the launcher's arguments (the runtime
-    row strides, "i64") and the lines that restate n_cols and those strides as multiples of
-    ALIGN at the top of each row kernel. The values are unchanged (ALIGN divides them), but
-    Triton's axis analysis then knows each row starts and ends on an ALIGN boundary and emits
-    16-byte vector loads at widths such as 3000, which the JIT's own divisibility-by-16
-    specialization misses (issue 31). `tl.multiple_of` on a scalar argument compiles but does
-    not reach the analysis (triton 3.9: still 2-byte loads)."""
+@dataclass(frozen=True)
+class Align:
+    """A kernel's ALIGN (heuristics.rowwise_align): the largest power of two (<= 16) dividing
+    its length (n_cols, or the column kernel's n_inner) and its runtime strides ("i64"). Each
+    kernel restates them as multiples of ALIGN at its top (`lines`): the values are unchanged,
+    but Triton's axis analysis then knows each row starts and ends on an ALIGN boundary and
+    emits 16-byte vector loads at widths such as 3000, which the JIT's own
+    divisibility-by-16 specialization misses (issue 31). `tl.multiple_of` on a scalar argument
+    compiles but does not reach the analysis (triton 3.9: still 2-byte loads).
+
+    Attributes:
+        params: the length's parameter, then the strides'.
+        exprs: the launcher's expressions for the strides (the length is its own variable).
+    """
+
+    params: tuple[str, ...]
+    exprs: tuple[str, ...]
+
+    @property
+    def lines(self) -> list[str]:
+        return ["# multiples of ALIGN (it divides them): vector loads at any such width",
+                *(f"{p} = {p} // ALIGN * ALIGN" for p in self.params)]
+
+
+def _align(length: str, args: KernelArgs, uses: str | None = None) -> Align:
+    """The Align of a kernel of `args` whose length parameter is `length`; `uses`: the
+    kernel's text, where it takes only some of `args`' strides (the column kernel leaves the
+    last dim's runtime stride to its constexpr one, a 1 that would make ALIGN 1)."""
     strides = [(p, e) for p, e, k in zip(args.params, args.launch_exprs, args.kinds, strict=True)
-               if k == "i64"]
-    lines = ["# multiples of ALIGN (it divides them): vector loads at any such width",
-             "n_cols = n_cols // ALIGN * ALIGN",
-             *(f"{p} = {p} // ALIGN * ALIGN" for p, _ in strides)]
-    return {"align_lines": lines, "align_exprs": [e for _, e in strides]}
+               if k == "i64" and (uses is None or re.search(rf"\b{p}\b", uses))]
+    return Align((length, *(p for p, _ in strides)), tuple(e for _, e in strides))
 
 
 def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
@@ -160,13 +181,13 @@ def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
 
 def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
                       params: tuple[str, ...], kinds: tuple[str, ...], lanes: tuple[str, ...],
-                      launch: tuple[str, ...]) -> list[KernelInfo]:
+                      launch: tuple[str, ...], align: tuple[str, ...]) -> list[KernelInfo]:
     """The L2-resident looped kernel and the split row's two kernels, where the op has them."""
     out = []
     if _looped_l2(bodies, plan):
         out.append(KernelInfo(kname + "_looped_l2_kernel", (*params, "n_cols"), (*kinds, "i32"),
                               ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *lanes), ("looped_l2",),
-                              launch))
+                              launch, align))
     if bodies.split is not None:
         ws = ("n_cols", "ws_ptr", "chunk_cols", "n_chunks")
         ws_kinds = ("i32", "ptr:ws", "i32", "i32")
@@ -174,9 +195,9 @@ def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
         out.append(KernelInfo(kname + "_split_partials_kernel", (*params, *ws, "row0"),
                               (*kinds, *ws_kinds, "i32"),
                               ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *online),
-                              ("split_row",), launch))
+                              ("split_row",), launch, align))
         out.append(KernelInfo(kname + "_split_apply_kernel", (*params, *ws, "n_apply", "row0"),
                               (*kinds, *ws_kinds, "i32", "i32"),
                               ("ROWS", "BLOCK_N", "EVEN", "ALIGN", "SPLIT"), ("split_row",),
-                              launch))
+                              launch, align))
     return out
