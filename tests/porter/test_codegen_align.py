@@ -206,3 +206,27 @@ def test_width_3000_bf16_column_kernel_loads_vectors_with_align_only(tmp_path: P
         assert rep.fits, rep.reasons
         loads = {a for a in _global_accesses(rep.artifacts["ptx"]) if a.startswith("ld")}
         assert any(vector.search(a) for a in loads) is (align == 8), (align, loads)
+
+
+def test_width_3000_bf16_single_pass_loads_dwordx4_on_gfx942_with_align_only(
+        tmp_path: Path) -> None:
+    # the same rule helps AMD's backend: 16-byte buffer loads with ALIGN 8, 2-byte with 1
+    targets = pytest.importorskip("targets")
+    from targets.base import LaunchConfig
+
+    ex = _rms_inputs(rand(16, 3000, dtype=BF16))
+    op = generate(rmsnorm, ex, name="rms_al_gcn")
+    path = tmp_path / "mod.py"
+    path.write_text(op.triton_module_source())
+    hw = hwmodels.get("mi300x")
+    cfg = op.default_config(hw, ex)
+    (ref,) = op.kernel_refs(ex, cfg, source_path=str(path))
+    assert ref.constexprs["ALIGN"] == 8
+    knobs = {k: cfg[k] for k in ("waves_per_eu",) if k in cfg}
+    for align in (8, 1):
+        rep = targets.for_device(hw).compile(
+            dataclasses.replace(ref, constexprs={**ref.constexprs, "ALIGN": align}),
+            LaunchConfig(cfg["num_warps"], 1, knobs), hw)
+        assert rep.fits, rep.reasons
+        loads = set(re.findall(r"(?:global|buffer)_load_\w+", rep.artifacts["amdgcn"]))
+        assert any(ld.endswith("dwordx4") for ld in loads) is (align == 8), (align, loads)
