@@ -50,6 +50,7 @@ from porter.packs.choice import cpu_eligible
 from porter.packs.choice import pick_bucket
 from porter.packs.choice import same_width_bucket
 from porter.packs.format import PackError
+from porter.packs.format import bucket_distance
 from porter.packs.format import shape_bucket
 from porter.packs.format import tier_rank
 from porter.packs.modules import ReferenceModule
@@ -186,7 +187,20 @@ class PackedOp:
                          "derive from)")
             else:
                 derived, how = self._derived(target, b, inputs, dtype)
-                if derived is not None:
+                ruled = None if derived is not None else self._nearest_with_rules(
+                    target, entry, b, bucket, inputs, dtype)
+                if ruled is not None:
+                    # the nearest bucket's kernel (a user's) cannot size itself for this shape
+                    # and a generated module of the pack can: the user's kernel ran at 71% of
+                    # copy at a width of 3000 where the generated one ran at 108% (issue 31)
+                    nearest, (b, (derived, how)) = b, ruled
+                    reason = (f"{target} entry, no exact bucket for {asked}; kernel file of "
+                              f"{b['bucket']}/{dtype}, tier {b['tier']}")
+                    config = {**derived, "dtype": dtype}
+                    basis = (f"derived for this shape by the rule ({how}) of bucket "
+                             f"{b['bucket']}'s generated module for {target}: the nearest "
+                             f"bucket {nearest['bucket']}'s kernel has no rule to size it")
+                elif derived is not None:
                     config = {**derived, "dtype": dtype}
                     basis = (f"derived for this shape by the module's own rule ({how}) for "
                              f"{target}: a neighbour's config was tuned for another row width")
@@ -199,6 +213,21 @@ class PackedOp:
             return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
                           asked)
         return Choice(None, None, False, "; ".join(reasons), asked=asked)
+
+    def _nearest_with_rules(self, target: str, entry: dict[str, Any], skip: dict[str, Any],
+                            bucket: str, inputs: tuple[Any, ...], dtype: str
+                            ) -> tuple[dict[str, Any], tuple[dict[str, Any], str]] | None:
+        """The nearest other bucket of `dtype` (checked at least at the interpreted tier) whose
+        file is not `skip`'s and derives a config for these inputs, with (config, how); None
+        where none does."""
+        others = [x for x in entry["buckets"] if x["dtype"] == dtype and x["file"] != skip["file"]
+                  and not x["file"].endswith(".metal")
+                  and tier_rank(x["tier"]) >= tier_rank(Tier.INTERPRETED)]
+        for x in sorted(others, key=lambda x: bucket_distance(x["bucket"], bucket)):
+            derived, how = self._derived(target, x, inputs, dtype)
+            if derived is not None:
+                return x, (derived, how)
+        return None
 
     def _derived(self, target: str, b: dict[str, Any], inputs: tuple[Any, ...],
                  dtype: str) -> tuple[dict[str, Any] | None, str]:

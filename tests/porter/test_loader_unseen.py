@@ -288,3 +288,65 @@ def test_fp32_matmul_config_derived_for_an_unseen_shape_uses_tf32x3_where_offere
     assert "tf32x3 True" in how
     cfg, how = derive_config(mod, hwmodels.get("mi300x"), inputs)
     assert cfg is not None and "tf32x3" not in cfg and "tf32x3 False" in how
+
+
+USER_SOFTMAX = '''
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _user_softmax(x_ptr, y_ptr, n_cols, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    x = tl.load(x_ptr + row * n_cols + cols, mask=cols < n_cols, other=-float("inf"))
+    e = tl.exp(x.to(tl.float32) - tl.max(x.to(tl.float32), axis=0))
+    tl.store(y_ptr + row * n_cols + cols, (e / tl.sum(e, axis=0)).to(y_ptr.dtype.element_ty),
+             mask=cols < n_cols)
+
+
+def launch(x, out=None, config=None):
+    x = x.contiguous()
+    y = out if out is not None else torch.empty_like(x)
+    _user_softmax[(x.shape[0],)](x, y, x.shape[-1], BLOCK_N=triton.next_power_of_2(x.shape[-1]),
+                                 num_warps=(config or {}).get("num_warps", 4))
+    return y
+'''
+
+
+def _mixed_pack(tmp: Path) -> Path:
+    """A softmax pack whose 4096x4096 bf16 bucket kept a user's kernel (a launcher of its own,
+    no generator rule) and whose 4096x1024 bucket kept the generated module."""
+    generated = _softmax_op().triton_module_source()
+    numbers = _numbers(1.4)
+    chosen = (BucketChoice(bucket="4096x4096", dtype="bf16", shape=(4096, 4096),
+                           config={"num_warps": 8}, source=USER_SOFTMAX, tier="measured",
+                           numbers=numbers),
+              BucketChoice(bucket="4096x1024", dtype="bf16", shape=(4096, 1024),
+                           config=_one_block(1024, 2, "bf16"), source=generated,
+                           tier="measured", numbers=numbers))
+    spec = tmp / "spec.py"
+    spec.write_text(REFERENCE)
+    result = PortResult(op="softmax_mixed", spec_path=spec, run_dir=tmp / "run",
+                        targets=(TargetResult("h100", "nvidia", "triton-cuda", "90", "ab" * 32,
+                                              "bf16: atol=1e-2", chosen),),
+                        versions={"torch": "x", "triton": "y"}, fusion={},
+                        signature=("tensor",), reference_function="reference")
+    return write_pack(result, tmp / "packs").path
+
+
+def test_unseen_shape_near_a_users_kernel_runs_the_generated_module_sized_for_it(
+        tmp_path: Path) -> None:
+    """At a shape no bucket was ported for, where the nearest bucket kept a user's kernel (no
+    rule to size itself) and another bucket kept the generated module, the loader runs the
+    generated module with the config its rule derives for the shape, and says so; at the user
+    kernel's own bucket the user's kernel runs."""
+    op = load_pack(_mixed_pack(tmp_path), device="h100")
+    c = op.choose(*_x(10000, 3000))
+    assert c.runs_kernel and c.unseen and c.bucket["bucket"] == "4096x1024"
+    assert c.config["BLOCK_N"] == 4096 and c.config["dtype"] == "bf16"
+    assert "bucket 4096x1024's generated module" in c.basis
+    assert "nearest bucket 4096x4096's kernel has no rule" in c.basis
+    exact = op.choose(*_x(4096, 4096))
+    assert exact.bucket["bucket"] == "4096x4096" and exact.config == {"num_warps": 8}
