@@ -102,7 +102,7 @@ def rowwise_full_blocks(strategy, n_rows, n_cols, config):
     """
     if n_rows % config.get("ROWS", 1):
         return False
-    if strategy in ("looped", "looped_l2", "split_row"):  # loops over BLOCK_N-wide blocks
+    if strategy in ("looped", "looped_l2", "split_row", "split_coop"):  # BLOCK_N-wide blocks
         return n_cols % config["BLOCK_N"] == 0
     tail = config.get("BLOCK_TAIL", 0) if strategy == "two_block" else 0
     return n_cols == config["BLOCK_N"] + tail
