@@ -1,13 +1,13 @@
-"""Long rows on the GPU: the row-wise generator's long-row families (split_row, looped_l2)
-against its other families, torch eager and torch.compile, at the shapes of issue 31.
+"""Long rows on the GPU: the row-wise generator's long-row families (split_row, looped_l2,
+split_coop) against its other families, torch eager and torch.compile, at the shapes of issue 31.
 
     python -m bench.long_rows --out DIR [--cases ln3_16x64x256x256_fp32,...]
                               [--per-family 2] [--per-new 3] [--reps 20] [--no-compile]
 
 Per case: the generated module (compiled, not interpreted) runs up to --per-family configs of
 each existing family the variant space offers at that shape (the launcher's own default config
-among them) and --per-new of each long-row family, as different from each other as the space
-allows; each config's
+among them) and --per-new of each long-row family (every split_coop config), as different from
+each other as the space allows; each config's
 output is first checked against the reference in float64 on the first rows (rows are
 independent; a 6.4 GB softmax has no float64 copy), and a wrong config is listed, never timed.
 The right ones are screened (`harness.timing.compare`, interleaved, L2 flushed, --screen-reps),
@@ -35,7 +35,11 @@ import torch.nn.functional as F
 from bench.configs import check_config
 from bench.configs import run_cases
 
-NEW = ("split_row", "looped_l2")
+NEW = ("split_row", "looped_l2", "split_coop")
+# families whose every config is tried: split_coop's space is small (15 configs, 5 kernels at
+# most) and its best differs by width and dtype (bench/NOTES.md item 51); a config whose
+# programs cannot all be resident fails at launch at once
+EVERY = ("split_coop",)
 CHECK_ROWS = 8  # rows checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
 
@@ -97,8 +101,8 @@ def family(cfg: dict[str, Any]) -> str:
 
 def pick(space: list[dict[str, Any]], default: dict[str, Any], per_family: int,
          per_new: int) -> dict[str, list[dict[str, Any]]]:
-    """Up to per_family configs of each family (per_new of the long-row ones), as different
-    from each other as the space allows: the launcher's default (or the family's middle
+    """Up to per_family configs of each family (per_new of the long-row ones, all of EVERY's),
+    as different from each other as the space allows: the launcher's default (or the family's middle
     config) first, then each time the config differing from every one chosen in the most
     knobs (ties: space order)."""
     by: dict[str, list[dict[str, Any]]] = {}
@@ -106,7 +110,7 @@ def pick(space: list[dict[str, Any]], default: dict[str, Any], per_family: int,
         by.setdefault(family(c), []).append(c)
     out = {}
     for fam, cfgs in by.items():
-        n = per_new if fam in NEW else per_family
+        n = len(cfgs) if fam in EVERY else per_new if fam in NEW else per_family
         chosen = [default if family(default) == fam else cfgs[len(cfgs) // 2]]
         while len(chosen) < min(n, len(cfgs)):
             chosen.append(max((c for c in cfgs if c not in chosen),
@@ -212,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--per-family", type=int, default=2,
                     help="configs tried per existing family (the default among them)")
     ap.add_argument("--per-new", type=int, default=3,
-                    help="configs tried per long-row family (split_row, looped_l2)")
+                    help="configs tried per long-row family (" + ", ".join(NEW) + ")")
     ap.add_argument("--screen-reps", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")

@@ -21,8 +21,19 @@ Metal backend has its own space (`porter.codegen.metal.variant_space`).
   grid at RESIDENT_BYTES // row bytes programs, so that the second read of a row hits L2 (DRAM
   traffic ~2N instead of 3N); PROGRAMS_PER_SM (the other cap); BLOCK_N and warps as the looped
   kernel's.
+- split_coop (`_triton_rowwise_long.py.j2`, the split row's two bodies in one kernel): each
+  row in chunks of one BLOCK_N block, one program each, co-resident (a cooperative launch), a
+  row's programs exchanging their partials behind a per-row counter: one DRAM read of the row
+  where the looped kernel reads it twice (bench/NOTES.md item 51: 81-87% of copy at 4096 x
+  50,257-151,936 softmax fp32 on the H100, where every other family reaches 58-64%). Offered on
+  CUDA Triton backends only (HIP is unverified), where split_row's graph check passes, the op
+  writes full rows (a reduction-only op is read once already) and rows have MIN_COOP_COLS+
+  columns. Knobs: BLOCK_N (COOP_BLOCKS) with SPLIT = cdiv(n_cols, BLOCK_N), warps (COOP_WARPS,
+  4 to 64 values per thread), PROGRAMS_PER_SM (COOP_PER_SM), where a row's chunks fit on the
+  device at once (SMs x PROGRAMS_PER_SM).
 
-Not yet measured on a device: `bench/long_rows.py` times both against the other families.
+split_row and looped_l2 are measured on the H100 (bench/NOTES.md); `bench/long_rows.py` times
+each family against the others.
 """
 
 from __future__ import annotations
@@ -48,6 +59,14 @@ MAX_SPLIT = 1024  # the apply kernel loads a row's partials at once (SPLIT value
 MIN_L2_COLS = 32768 + 1  # the default's widest single pass (heuristics._rowwise_tile)
 L2_SHARES = (0.25, 0.5, 0.75)
 L2_BLOCKS = (2048, 4096, 8192)
+MIN_COOP_COLS = 16384  # shorter rows: the single pass reads them once already
+COOP_BLOCKS = (4096, 8192, 16384)
+COOP_WARPS = (4, 8)
+COOP_PER_SM = (1, 2, 4)
+# A chunk of one block per program: up to 64 values per thread, as the probe's best at width
+# 151,936 (16384 columns over 8 warps, bench/NOTES.md item 51); its registers and spills are
+# the compile check's to judge
+COOP_MAX_VALUES = 64
 
 
 def offered_on(hw: HardwareModel) -> bool:
@@ -63,7 +82,7 @@ def not_offered(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
     out: dict[str, str] = {}
     if not offered_on(hw):
         reason = f"{hw.name}'s backend does not emit Triton"
-        return {"split_row": reason, "looped_l2": reason}
+        return {"split_row": reason, "looped_l2": reason, "split_coop": reason}
     sms = int(hw.compute_units.value)
     if op.plan is None or not op._mm.get("split_row"):
         out["split_row"] = op._mm.get("split_why_not") or "not a row-wise op"
@@ -81,6 +100,15 @@ def not_offered(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
         out["looped_l2"] = f"{n_rows} rows: a grid of one program per row is no larger"
     elif n_rows * row_bytes <= hw.llc_bytes // 2:
         out["looped_l2"] = "all rows fit in half the L2 already"
+    if hw.build.backend != "triton-cuda":
+        out["split_coop"] = (f"{hw.name}'s backend is {hw.build.backend}: the cross-program "
+                             "barrier is verified on CUDA only")
+    elif op.plan is None or not op._mm.get("split_row"):
+        out["split_coop"] = op._mm.get("split_why_not") or "not a row-wise op"
+    elif not op._mm.get("split_coop"):
+        out["split_coop"] = "no full-row output: the looped kernel reads each row once already"
+    elif n_cols < MIN_COOP_COLS:
+        out["split_coop"] = f"rows of {n_cols} < {MIN_COOP_COLS} columns: the single pass"
     return out
 
 
@@ -102,6 +130,8 @@ def configs(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int, elem_b
         out += _split_row(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
     if "looped_l2" not in skip:
         out += _looped_l2(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
+    if "split_coop" not in skip:
+        out += _split_coop(op, hw, n_cols, elem_bytes, warps_ok)
     return out
 
 
@@ -157,5 +187,23 @@ def _looped_l2(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
             cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
         if v:
             cfg["VAR1"] = True
+        out.append(cfg)
+    return out
+
+
+def _split_coop(op: GeneratedOp, hw: HardwareModel, n_cols: int, elem_bytes: int,
+                warps_ok: list[int]) -> list[dict[str, Any]]:
+    sms, warp = int(hw.compute_units.value), hw.warp_size
+    out = []
+    for block, w, per_sm in itertools.product(COOP_BLOCKS, COOP_WARPS, COOP_PER_SM):
+        if w not in warps_ok or not 4 <= block / (w * warp) <= COOP_MAX_VALUES:
+            continue
+        split = -(-n_cols // block)  # one block per chunk
+        if split > sms * per_sm:
+            continue  # a row's programs would not all be resident: the launcher refuses
+        cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
+               "num_warps": w, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}
+        if op._mm.get("online"):
+            cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
         out.append(cfg)
     return out

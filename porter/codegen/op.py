@@ -36,7 +36,8 @@ class KernelInfo:
     """One @triton.jit kernel of the module, and how to build its cross-compile signature.
 
     params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>", "ptr:words" and
-    "stamp" (a fold's words and the call's stamp), "i64", "i32", "cstride:<in k|out j>:<dim>"
+    "stamp" (a fold's words and the call's stamp), "ptr:ws" and "ptr:cnt" (a split row's fp32
+    workspace, split_coop's int32 counters), "i64", "i32", "cstride:<in k|out j>:<dim>"
     (a unit-stride constexpr), and for the TMA matmul
     "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
@@ -241,6 +242,8 @@ class GeneratedOp:
                     sig[p] = "*i64"
                 elif kind == "ptr:ws":  # the split row's partials
                     sig[p] = "*fp32"
+                elif kind == "ptr:cnt":  # split_coop's per-row counters
+                    sig[p] = "*i32"
                 elif kind == "stamp":
                     sig[p] = "i64:16"  # an epoch << 32: the JIT sees a multiple of 16
                 else:

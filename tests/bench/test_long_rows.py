@@ -59,3 +59,31 @@ def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
     final = {r["provider"] for r in rows if r.get("final")}
     assert {"split_row", "eager"} <= final
     lr.print_table(rows)
+
+
+def test_a_vocabulary_softmax_case_times_every_split_coop_config(monkeypatch) -> None:
+    import harness.timing
+
+    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    # 2 rows of 16384 on an H100 of 4 SMs: every split_coop config is tried (chunks of 4096,
+    # 8192 or 16384 columns; 4, 2 or 1 per row), under the interpreter the split row's
+    # launches or, with one chunk, the coop kernel itself
+    h100 = hwmodels.get("h100")
+    small = replace(h100, compute_units=replace(h100.compute_units, value=4))
+    case = lr.Case("softmax_small", lr.softmax, (2, 16384), torch.float32)
+    args = argparse.Namespace(per_family=1, per_new=1, screen_reps=1, reps=1, no_compile=True)
+    rows = lr.run_case(case, small, args, device="cpu", interpret=True)
+    assert not [r for r in rows if "error" in r], rows
+    coop = [r for r in rows if r.get("provider", "").startswith("split_coop#")
+            and "max_rel_err" in r]
+    space = generate_space(case, small)
+    assert len(coop) == len([c for c in space if c["strategy"] == "split_coop"]) > 1
+    assert "split_coop" in {r["provider"] for r in rows if r.get("final")}
+
+
+def generate_space(case: lr.Case, hw) -> list[dict]:
+    from porter.codegen import generate
+
+    op = generate(case.fn, case.small(), name="lr_space")
+    inputs = case.inputs(torch.device("cpu"))
+    return op.variant_space(hw, inputs, case.dtype)

@@ -74,7 +74,7 @@ def test_every_row_kernel_restates_its_strides() -> None:
     row_kernels = [k for k in op.kernels if "ALIGN" in k.constexprs]
     assert {k.name.removeprefix("_rms_al_src_") for k in row_kernels} == {
         "single_pass_kernel", "looped_kernel", "persistent_kernel", "two_block_kernel",
-        "looped_l2_kernel", "split_partials_kernel", "split_apply_kernel"}
+        "looped_l2_kernel", "split_partials_kernel", "split_apply_kernel", "split_coop_kernel"}
     for k in row_kernels:
         body = src.split(f"def {k.name}(")[1].split("\n\n\n")[0]
         for p in ("n_cols", "in0_s0", "out0_s0"):

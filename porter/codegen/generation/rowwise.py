@@ -113,7 +113,7 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
               "hoist": bodies.single_hoisted is not None,
               "one_round_variance": bodies.one_round_variance, "columns": column is not None,
               "looped_l2": _looped_l2(bodies, plan), "split_row": bodies.split is not None,
-              "split_why_not": bodies.split_why_not}
+              "split_why_not": bodies.split_why_not, "split_coop": _split_coop(bodies, plan)}
     return op
 
 
@@ -121,18 +121,25 @@ def _lane_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...
     """Strategies whose kernel takes LANES: the looped kernel for an online softmax or a
     one-pass variance; the single pass and the persistent kernel for an online softmax's
     per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`); the split
-    row's partials kernel for an online softmax."""
+    row's partials kernel and the split_coop kernel for an online softmax."""
     one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
     looped = _looped_strategies(bodies, plan) if bodies.online_pairs or \
         bodies.one_round_variance else ()
     split = ("split_row",) if bodies.split and bodies.online_pairs else ()
-    return looped + one_block + split
+    coop = ("split_coop",) if _split_coop(bodies, plan) and bodies.online_pairs else ()
+    return looped + one_block + split + coop
 
 
 def _looped_l2(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
     """Whether the module has the L2-resident looped kernel: where the looped kernel reads each
     row twice (reductions, then full-row outputs) and has no fold (its early launch)."""
     return bool(plan.main) and "full" in plan.out_kind and not bodies.post
+
+
+def _split_coop(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
+    """Whether the module has the split_coop kernel: where the split row fits and the op
+    writes full rows (a reduction-only op reads each row once already, looped)."""
+    return bodies.split is not None and "full" in plan.out_kind
 
 
 def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
@@ -182,7 +189,8 @@ def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
 def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
                       params: tuple[str, ...], kinds: tuple[str, ...], lanes: tuple[str, ...],
                       launch: tuple[str, ...], align: tuple[str, ...]) -> list[KernelInfo]:
-    """The L2-resident looped kernel and the split row's two kernels, where the op has them."""
+    """The L2-resident looped kernel, the split row's two kernels and the split_coop kernel,
+    where the op has them."""
     out = []
     if _looped_l2(bodies, plan):
         out.append(KernelInfo(kname + "_looped_l2_kernel", (*params, "n_cols"), (*kinds, "i32"),
@@ -200,4 +208,10 @@ def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
                               (*kinds, *ws_kinds, "i32", "i32"),
                               ("ROWS", "BLOCK_N", "EVEN", "ALIGN", "SPLIT"), ("split_row",),
                               launch, align))
+        if _split_coop(bodies, plan):
+            coop = (*params, "n_cols", "ws_ptr", "cnt_ptr", "chunk_cols", "n_chunks")
+            coop_kinds = (*kinds, "i32", "ptr:ws", "ptr:cnt", "i32", "i32")
+            out.append(KernelInfo(kname + "_split_coop_kernel", coop, coop_kinds,
+                                  ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *online, "SPLIT"),
+                                  ("split_coop",), launch, align))
     return out

@@ -18,6 +18,11 @@ two launches per group of rows (GROUP_ROWS) so that a group's chunks stay in L2 
 
 The family is offered where every reduction of the row combines from its chunks' partials:
 `why_not` names what does not (a fold into a scalar, a reduction over another reduction).
+
+The split_coop kernel (`_triton_rowwise_long.py.j2`) runs both bodies in one program, behind a
+barrier across the row's co-resident programs (a cooperative launch): `coop_apply` is the apply
+body with its workspace loads past L1 (".cg"), so that it reads the other programs' partials
+from L2, never a stale line.
 """
 
 from __future__ import annotations
@@ -70,6 +75,7 @@ class SplitBodies:
     partials: list[str]
     apply: list[str]
     record: int  # fp32 values per (row, chunk) in the workspace
+    coop_apply: list[str]  # `apply` with its workspace loads past L1 (split_coop)
 
 
 def why_not(rg: RowGen) -> str | None:
@@ -119,8 +125,12 @@ def split_row(rg: RowGen) -> SplitBodies | None:
     own = replace(rg, args=copy.deepcopy(rg.args))
     parts = _partials(own)
     record = sum(p.width for p in parts)
-    bodies = SplitBodies(_partials_body(own, parts, record), _apply_body(own, parts, record),
-                         record)
+    partials = _partials_body(own, parts, record)
+    # split_coop runs both bodies in one kernel: the apply body's names start after the
+    # partials' (a name bound by both, with two types, would not compile in Triton's loops)
+    first = partials._n
+    bodies = SplitBodies(partials.lines, _apply_body(own, parts, record, first).lines, record,
+                         _apply_body(own, parts, record, first, bypass_l1=True).lines)
     if own.args.params != rg.args.params:
         raise AssertionError("split_row: the split kernels would take arguments "
                              f"{own.args.params[len(rg.args.params):]} the others do not")
@@ -153,7 +163,7 @@ def _slot(record: int, j: int, chunk: str) -> str:
 
 
 # -- phase 1: each chunk's partials ---------------------------------------------------------
-def _partials_body(rg: RowGen, parts: list[Partial], record: int) -> list[str]:
+def _partials_body(rg: RowGen, parts: list[Partial], record: int) -> Emitter:
     em = rg.emitter()
     for p in parts:
         r = p.nodes[0]
@@ -170,7 +180,7 @@ def _partials_body(rg: RowGen, parts: list[Partial], record: int) -> list[str]:
             values = [em.reduced[r.id]]
         for j, v in enumerate(values):
             em.emit(f"tl.store({_slot(record, p.slot + j, 'chunk')}, {v}, mask=row_mask)")
-    return em.lines
+    return em
 
 
 def _chunk_moments(rg: RowGen, em: Emitter, r: Node) -> tuple[str, str]:
@@ -211,12 +221,18 @@ def _chunk_moments(rg: RowGen, em: Emitter, r: Node) -> tuple[str, str]:
 
 
 # -- phase 2: combine the partials, then the chunk's outputs --------------------------------
-def _apply_body(rg: RowGen, parts: list[Partial], record: int) -> list[str]:
+def _apply_body(rg: RowGen, parts: list[Partial], record: int, first: int = 0,
+                bypass_l1: bool = False) -> Emitter:
+    """The apply body; its temporaries numbered from `first`. bypass_l1: the workspace loads
+    read L2 (".cg"), as split_coop's must: its partials were stored by other programs of the
+    same launch, and this SM's L1 is not coherent with theirs."""
     em = rg.emitter()
+    em._n = first
+    cache = ".cg" if bypass_l1 else ""
     em.emit("parts = tl.arange(0, SPLIT)[None, :]  # the row's chunks")
     em.emit("part_mask = row_mask & (parts < n_chunks)")
     for p in parts:
-        _combine(rg, em, p, record)
+        _combine(rg, em, p, record, cache)
     if "full" in rg.plan.out_kind:
         open_loop(em, CHUNK)
         store_outputs(rg, em, ("full",))
@@ -226,24 +242,26 @@ def _apply_body(rg: RowGen, parts: list[Partial], record: int) -> list[str]:
         # one is no mask)
         em.emit("row_mask = row_mask & (rows * 0 + chunk == 0)")
         store_outputs(rg, em, ("row",))
-    return em.lines
+    return em
 
 
-def _load(em: Emitter, record: int, j: int, other: str, prefix: str) -> str:
-    return em.tmp(f"tl.load({_slot(record, j, 'parts')}, mask=part_mask, other={other})",
-                  prefix)
+def _load(em: Emitter, record: int, j: int, other: str, prefix: str, cache: str) -> str:
+    modifier = f", cache_modifier=\"{cache}\"" if cache else ""
+    return em.tmp(f"tl.load({_slot(record, j, 'parts')}, mask=part_mask, other={other}"
+                  f"{modifier})", prefix)
 
 
-def _combine(rg: RowGen, em: Emitter, p: Partial, record: int) -> None:
-    """Bind the row values of p's reductions from the row's chunk records."""
+def _combine(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str) -> None:
+    """Bind the row values of p's reductions from the row's chunk records (workspace loads
+    with the cache modifier `cache`, "" for none)."""
     r = p.nodes[0]
     if p.kind in REDUCE:
-        v = _load(em, record, p.slot, IDENTITY[p.kind], "p")
+        v = _load(em, record, p.slot, IDENTITY[p.kind], "p", cache)
         em.reduced[r.id] = em.tmp(f"{REDUCE[p.kind]}({v}, axis=1)[:, None]", "red")
     elif p.kind == "online":
         # each chunk's sum of exps is under its own max: rescaled to the row's by one exp2
-        pm = _load(em, record, p.slot, "float('-inf')", "pm")
-        ps = _load(em, record, p.slot + 1, "0.0", "ps")
+        pm = _load(em, record, p.slot, "float('-inf')", "pm", cache)
+        ps = _load(em, record, p.slot + 1, "0.0", "ps", cache)
         m = em.tmp(f"tl.max({pm}, axis=1)[:, None]", "red")
         # a row of -inf only is shifted by 0: -inf - -inf is NaN
         shift = em.tmp(f"tl.where({m} > float('-inf'), {m}, 0.0)", "shift")
@@ -251,24 +269,24 @@ def _combine(rg: RowGen, em: Emitter, p: Partial, record: int) -> None:
         em.reduced[p.nodes[1].id] = em.tmp(
             f"tl.sum({ps} * {exp_below(pm, shift)}, axis=1)[:, None]", "red")
     elif p.kind == "ssq":
-        pm = _load(em, record, p.slot, "0.0", "pm")
-        ps = _load(em, record, p.slot + 1, "0.0", "ps")
+        pm = _load(em, record, p.slot, "0.0", "pm", cache)
+        ps = _load(em, record, p.slot + 1, "0.0", "ps", cache)
         m = em.tmp(f"tl.max({pm}, axis=1)[:, None]", "red")
         ratio = em.tmp(f"tl.where({m} > 0, {pm} / {m}, 0.0)", "ratio")
         em.reduced[r.id] = m
         em.reduced[p.nodes[1].id] = em.tmp(f"tl.sum({ps} * {ratio} * {ratio}, axis=1)[:, None]",
                                            "red")
     else:
-        _combine_moments(rg, em, p, record)
+        _combine_moments(rg, em, p, record, cache)
 
 
-def _combine_moments(rg: RowGen, em: Emitter, p: Partial, record: int) -> None:
+def _combine_moments(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str) -> None:
     """Chan's combination of the chunks' (count, mean, M2): the row's mean, as chunk 0's mean
     plus the count-weighted mean of the others' offsets from it (a constant row's mean is then
     exact, so x - mean is 0), and M2 = sum(M2_c + n_c (mean_c - mean)^2)."""
     r, second = p.nodes
-    pm = _load(em, record, p.slot, "0.0", "pm")
-    pq = _load(em, record, p.slot + 1, "0.0", "pq")
+    pm = _load(em, record, p.slot, "0.0", "pm", cache)
+    pq = _load(em, record, p.slot + 1, "0.0", "pq", cache)
     n = em.tmp("tl.where(part_mask, tl.minimum(chunk_cols, n_cols - parts * chunk_cols), 0)"
                ".to(tl.float32)", "n_part")
     m0 = em.tmp(f"tl.sum(tl.where(parts == 0, {pm}, 0.0), axis=1)[:, None]", "m0_")

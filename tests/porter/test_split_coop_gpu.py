@@ -1,0 +1,76 @@
+"""split_coop on a GPU (issue 31): every config the search offers at the vocabulary shapes
+runs its cooperative launch (compiled, not interpreted) and matches float64 on every row, three
+times on fresh inputs (a race between a row's programs would show as a wrong row now and then).
+A config the driver refuses ("too many blocks in cooperative launch": fewer programs per SM
+fit than the config asks) is skipped, not failed, and the next config still runs; at least one
+config per case must run.
+
+    python -m pytest -q tests/porter/test_split_coop_gpu.py
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+
+from bench.configs import max_rel_err
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2}  # max|err| / max|ref|, as bench/long_rows.py
+CHECK_BLOCK = 512  # rows per float64 comparison
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def log_softmax(x):
+    return torch.log_softmax(x, dim=-1)
+
+
+def _max_err(fn, x: torch.Tensor, y: torch.Tensor) -> float:
+    return max(max_rel_err(y[i:i + CHECK_BLOCK], fn(x[i:i + CHECK_BLOCK].double()))
+               for i in range(0, x.shape[0], CHECK_BLOCK))
+
+
+@pytest.mark.parametrize(("fn", "cols", "dtype"), [
+    (softmax, 50257, torch.float32),
+    (log_softmax, 50257, torch.float32),
+    (softmax, 151936, torch.bfloat16),
+], ids=["softmax_50257_fp32", "log_softmax_50257_fp32", "softmax_151936_bf16"])
+def test_every_offered_config_is_right_on_every_row(fn, cols: int, dtype: torch.dtype) -> None:
+    import hwmodels
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    hw = hwmodels.detect().model
+    if hw is None or hw.build.backend != "triton-cuda":
+        pytest.skip("split_coop is offered on CUDA devices with a hardware model only")
+    name = f"coop_gpu_{fn.__name__}"
+    op = generate(fn, (torch.randn(4, 64),), name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=False)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(4096, cols, generator=gen, device="cuda", dtype=dtype) * 4
+    configs = [c for c in op.variant_space(hw, (x,), dtype) if c["strategy"] == "split_coop"]
+    assert configs
+    ran: list[dict[str, Any]] = []
+    refused: list[str] = []
+    for cfg in configs:
+        try:
+            mod.launch(x, config=cfg)
+            torch.cuda.synchronize()
+        except RuntimeError as exc:
+            if "cooperative" not in str(exc):
+                raise
+            refused.append(f"{cfg}: {exc}")
+            continue
+        for seed in range(3):
+            xs = torch.randn(x.shape, generator=gen.manual_seed(seed + 1), device="cuda",
+                             dtype=dtype) * 4
+            err = _max_err(fn, xs, mod.launch(xs, config=cfg))
+            assert err <= TOL[dtype], (cfg, seed, err)
+        ran.append(cfg)
+    assert ran, refused
