@@ -197,6 +197,11 @@ class GeneratedOp:
             config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
+        if "SPLIT" in config and "n_cols" in ints:
+            # the split kernels' chunking, as their launchers compute it: a chunk_cols that is
+            # a multiple of 16 is specialized so by the JIT (16-byte loads), and must be here
+            ints["chunk_cols"], ints["n_chunks"] = heuristics.split_chunks(
+                int(ints["n_cols"]), config["SPLIT"], config["BLOCK_N"])
         out: list[KernelRef] = []
         for k in self.kernels:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:

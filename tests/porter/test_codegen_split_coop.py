@@ -189,6 +189,9 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     assert ref.name.endswith("_split_coop_kernel")
     assert ref.constexprs["SPLIT"] == 1 << (-(-cols // block) - 1).bit_length()
     assert ref.signature["cnt_ptr"] == "*i32" and ref.signature["ws_ptr"] == "*fp32"
+    # chunk_cols (a multiple of BLOCK_N) typed as the JIT specializes it, so that the chunk's
+    # loads are 16-byte vectors where the width allows, as at run time
+    assert ref.signature["chunk_cols"] == "i32:16"
     rep = targets.for_device(hw).compile(ref, LaunchConfig(warps, 1), hw)
     assert rep.fits, rep.reasons
     assert rep.resources.spill_bytes == 0, rep.resources
@@ -199,3 +202,5 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     assert re.search(r"\b(?:atom|ld)\.global\.gpu\.acquire\.", ptx), "no acquire"
     # the partials' loads past L1, after the barrier
     assert re.search(r"ld\.global\.cg\.", ptx), "workspace loads go through L1"
+    if cols % 16 == 0:  # ALIGN 16: the row's loads and stores 16 bytes at a time
+        assert re.search(r"ld\.global\.v4\.", ptx) and re.search(r"st\.global\.v4\.", ptx)
