@@ -30,7 +30,8 @@ Metal backend has its own space (`porter.codegen.metal.variant_space`).
   writes full rows (a reduction-only op is read once already) and rows have MIN_COOP_COLS+
   columns. Knobs: BLOCK_N (COOP_BLOCKS) with SPLIT = cdiv(n_cols, BLOCK_N), warps (COOP_WARPS,
   4 to 64 values per thread), PROGRAMS_PER_SM (COOP_PER_SM), where a row's chunks fit on the
-  device at once (SMs x PROGRAMS_PER_SM).
+  device at once (SMs x PROGRAMS_PER_SM). The compile tier rejects a config whose compiled
+  kernel fits fewer programs per SM than it asks (`coop_misfit`): the driver would refuse it.
 
 split_row and looped_l2 are measured on the H100 (bench/NOTES.md); `bench/long_rows.py` times
 each family against the others.
@@ -189,6 +190,18 @@ def _looped_l2(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
             cfg["VAR1"] = True
         out.append(cfg)
     return out
+
+
+def coop_misfit(config: dict[str, Any], blocks_per_unit: int) -> str | None:
+    """Why a split_coop config cannot launch (None: it can, or it is not split_coop): its
+    cooperative grid asks PROGRAMS_PER_SM programs on every SM at once, and the compiled
+    kernel's occupancy (`blocks_per_unit`, from its registers and shared memory) fits fewer,
+    so that the driver refuses the launch ("too many blocks in cooperative launch")."""
+    want = config.get("PROGRAMS_PER_SM", 1)
+    if config.get("strategy") != "split_coop" or blocks_per_unit >= want:
+        return None
+    return (f"split_coop asks {want} co-resident programs per SM (PROGRAMS_PER_SM) and its "
+            f"kernel fits {blocks_per_unit}: the cooperative launch would be refused")
 
 
 def _split_coop(op: GeneratedOp, hw: HardwareModel, n_cols: int, elem_bytes: int,

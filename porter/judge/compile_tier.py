@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
 
+from porter.codegen import long_rows
 from porter.judge.common import is_existing
 from porter.ledger import source_hash
 from porter.planner import dtype_name
@@ -100,6 +101,9 @@ def compile_candidate(session: PortSession, hw: HardwareModel, backend: TargetBa
                      message="; ".join(rep.reasons or rep.notes))
         if not rep.fits:
             return False, details, f"{kref.name} does not fit: {'; '.join(rep.reasons)}"
+        coop = rep.occupancy and long_rows.coop_misfit(cand.config, rep.occupancy.blocks_per_unit)
+        if coop:
+            return False, details, f"{kref.name}: {coop}"
     if caps.compiles_here and not is_existing(cand):
         limit = int(hw.limits.shared_memory_per_block_bytes.value)
         if any(k.get("smem_bytes", 0) > NEAR_SMEM_LIMIT * limit for k in details["kernels"]):

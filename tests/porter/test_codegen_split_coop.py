@@ -204,3 +204,14 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     assert re.search(r"ld\.global\.cg\.", ptx), "workspace loads go through L1"
     if cols % 16 == 0:  # ALIGN 16: the row's loads and stores 16 bytes at a time
         assert re.search(r"ld\.global\.v4\.", ptx) and re.search(r"st\.global\.v4\.", ptx)
+
+
+def test_compile_tier_rejects_configs_the_driver_would_refuse() -> None:
+    cfg = _coop(16384, 151936, warps=8, per_sm=2)
+    # a kernel that fits one program per SM (254 registers x 256 threads) cannot be resident
+    # twice per SM: the cooperative launch would be refused
+    assert "PROGRAMS_PER_SM" in long_rows.coop_misfit(cfg, 1)
+    assert long_rows.coop_misfit(cfg, 2) is None
+    assert long_rows.coop_misfit({**cfg, "PROGRAMS_PER_SM": 1}, 1) is None
+    # other families' grids need no co-residency
+    assert long_rows.coop_misfit({**cfg, "strategy": "split_row"}, 1) is None
