@@ -23,8 +23,9 @@ Pruning rules (each names the limit it enforces):
 - VAR1: configs of a kernel with a mean and a variance (layernorm) come also with both from
   one reduction of shifted sums (looped: one pass, the sums kept per thread); faster at width
   32768, slower at 4096-5120 on the H200 (bench/NOTES.md items 36-37, 40).
-- split_row and looped_l2 (long rows: too few rows to fill the device, or rows whose second
-  read should hit L2): offered, with their knobs, by `long_rows.configs` (Triton backends).
+- split_row, looped_l2 and split_coop (long rows: too few rows to fill the device, rows whose
+  second read should hit L2, or rows read once by co-resident programs): offered, with their
+  knobs, by `long_rows.configs` (Triton backends; split_coop on CUDA only).
 - looped configs have one stage: at num_stages 2 their plain range loops compile to the same
   kernel (bench/NOTES.md item 39).
 - waste: fewer elements than threads leaves lanes idle (dropped unless it is the only option).
