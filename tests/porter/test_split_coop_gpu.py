@@ -74,3 +74,29 @@ def test_every_offered_config_is_right_on_every_row(fn, cols: int, dtype: torch.
             assert err <= TOL[dtype], (cfg, seed, err)
         ran.append(cfg)
     assert ran, refused
+
+
+def test_a_cooperative_launch_replays_in_a_cuda_graph() -> None:
+    # the harness times short kernels as graph replays: the counters' memset and the
+    # cooperative launch are captured, and a replay on new input values is right
+    import hwmodels
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    hw = hwmodels.detect().model
+    if hw is None or hw.build.backend != "triton-cuda":
+        pytest.skip("split_coop is offered on CUDA devices with a hardware model only")
+    op = generate(softmax, (torch.randn(4, 64),), name="coop_gpu_graph")
+    mod = load_generated_module(op.triton_module_source(), "coop_gpu_graph", interpret=False)
+    x = torch.randn(512, 50257, device="cuda")
+    cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 4096, "SPLIT": 13, "num_warps": 8,
+           "num_stages": 1, "PROGRAMS_PER_SM": 1}
+    out = mod.launch(x, config=cfg)  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        mod.launch(x, out=out, config=cfg)
+    x.copy_(torch.randn_like(x) * 4)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _max_err(softmax, x, out) <= TOL[torch.float32]
