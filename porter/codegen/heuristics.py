@@ -272,3 +272,11 @@ def split_chunks(n_cols, split, block_n):
     per_chunk = -(-n // split)  # ceil(n / split)
     chunk = -(-per_chunk // block_n) * block_n  # rounded up to a multiple of block_n
     return chunk, -(-n // chunk)
+
+
+def coop_groups(n_rows, n_chunks, resident):
+    """Row groups of a split_coop launch: each group is one program per chunk of the row, and
+    every program must be resident at once (`resident`: SMs x PROGRAMS_PER_SM), so
+    resident // n_chunks groups, at most one per row; 0 where a row's chunks cannot all be
+    resident (the variant space does not offer it; the launcher refuses it)."""
+    return min(n_rows, resident // max(n_chunks, 1))

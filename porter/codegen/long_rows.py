@@ -132,7 +132,7 @@ def configs(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int, elem_b
     if "looped_l2" not in skip:
         out += _looped_l2(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
     if "split_coop" not in skip:
-        out += _split_coop(op, hw, n_cols, elem_bytes, warps_ok)
+        out += _split_coop(op, hw, n_rows, n_cols, elem_bytes, warps_ok)
     return out
 
 
@@ -204,15 +204,15 @@ def coop_misfit(config: dict[str, Any], blocks_per_unit: int) -> str | None:
             f"kernel fits {blocks_per_unit}: the cooperative launch would be refused")
 
 
-def _split_coop(op: GeneratedOp, hw: HardwareModel, n_cols: int, elem_bytes: int,
-                warps_ok: list[int]) -> list[dict[str, Any]]:
+def _split_coop(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
+                elem_bytes: int, warps_ok: list[int]) -> list[dict[str, Any]]:
     sms, warp = int(hw.compute_units.value), hw.warp_size
     out = []
     for block, w, per_sm in itertools.product(COOP_BLOCKS, COOP_WARPS, COOP_PER_SM):
         if w not in warps_ok or not 4 <= block / (w * warp) <= COOP_MAX_VALUES:
             continue
         split = -(-n_cols // block)  # one block per chunk
-        if split > sms * per_sm:
+        if heuristics.coop_groups(max(n_rows, 1), split, sms * per_sm) == 0:
             continue  # a row's programs would not all be resident: the launcher refuses
         cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
                "num_warps": w, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}

@@ -215,3 +215,12 @@ def test_compile_tier_rejects_configs_the_driver_would_refuse() -> None:
     assert long_rows.coop_misfit({**cfg, "PROGRAMS_PER_SM": 1}, 1) is None
     # other families' grids need no co-residency
     assert long_rows.coop_misfit({**cfg, "strategy": "split_row"}, 1) is None
+
+
+def test_coop_groups_keep_every_program_resident() -> None:
+    from porter.codegen.heuristics import coop_groups
+
+    # 13 chunks a row, 132 SMs x 4: 40 rows in flight (520 programs of 528)
+    assert coop_groups(4096, 13, 132 * 4) == 40
+    assert coop_groups(7, 13, 132 * 4) == 7  # fewer rows than groups: one group a row
+    assert coop_groups(4096, 133, 132) == 0  # a row's chunks cannot all be resident

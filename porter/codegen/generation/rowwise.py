@@ -66,6 +66,8 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                                       heuristics.looped_lanes,
                                       heuristics.looped_vec, heuristics.thread_lanes,
                                       *((heuristics.split_chunks,) if bodies.split else ()),
+                                      *((heuristics.coop_groups,)
+                                        if _split_coop(bodies, plan) else ()),
                                       *column_heuristics))
     params = (*args.params, "n_rows")
     kinds = (*args.kinds, "i32")
