@@ -1,6 +1,6 @@
 """The variant space of the row-wise generator's long-row families: when the search offers each,
-and their knobs. Both run only on backends whose language is Triton (`capabilities()`); the
-Metal backend has its own space (`porter.codegen.metal.variant_space`).
+and their knobs. All three run only on backends whose language is Triton (`capabilities()`);
+the Metal backend has its own space (`porter.codegen.metal.variant_space`).
 
 - split_row (`rowwise/split_row.py`): each row in SPLIT chunks or fewer, one program each, a
   partials kernel then an apply kernel. Offered where the rows alone fill fewer than
@@ -33,8 +33,8 @@ Metal backend has its own space (`porter.codegen.metal.variant_space`).
   device at once (SMs x PROGRAMS_PER_SM). The compile tier rejects a config whose compiled
   kernel fits fewer programs per SM than it asks (`coop_misfit`): the driver would refuse it.
 
-split_row and looped_l2 are measured on the H100 (bench/NOTES.md); `bench/long_rows.py` times
-each family against the others.
+`bench/long_rows.py` times each family against the others (split_row and looped_l2 on the
+H100: docs/BENCHMARKS.md, results/h100-2026-11-26-long-rows/).
 """
 
 from __future__ import annotations
