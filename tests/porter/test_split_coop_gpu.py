@@ -31,17 +31,35 @@ def log_softmax(x):
     return torch.log_softmax(x, dim=-1)
 
 
-def _max_err(fn, x: torch.Tensor, y: torch.Tensor) -> float:
-    return max(max_rel_err(y[i:i + CHECK_BLOCK], fn(x[i:i + CHECK_BLOCK].double()))
+def layernorm(x, w, b):
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, 1e-5)
+
+
+def _inputs(fn, rows: int, cols: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(rows, cols, generator=gen, device="cuda", dtype=dtype) * 4
+    if fn is layernorm:  # a mean far from 0, as activations often have
+        return (x + 3, *(torch.randn(cols, generator=gen, device="cuda", dtype=dtype)
+                         for _ in range(2)))
+    return (x,)
+
+
+def _max_err(fn, ins: tuple[torch.Tensor, ...], y: torch.Tensor) -> float:
+    x, *weights = ins
+    weights = [w.double() for w in weights]
+    return max(max_rel_err(y[i:i + CHECK_BLOCK], fn(x[i:i + CHECK_BLOCK].double(), *weights))
                for i in range(0, x.shape[0], CHECK_BLOCK))
 
 
-@pytest.mark.parametrize(("fn", "cols", "dtype"), [
-    (softmax, 50257, torch.float32),
-    (log_softmax, 50257, torch.float32),
-    (softmax, 151936, torch.bfloat16),
-], ids=["softmax_50257_fp32", "log_softmax_50257_fp32", "softmax_151936_bf16"])
-def test_every_offered_config_is_right_on_every_row(fn, cols: int, dtype: torch.dtype) -> None:
+@pytest.mark.parametrize(("fn", "rows", "cols", "dtype"), [
+    (softmax, 4096, 50257, torch.float32),
+    (log_softmax, 4096, 50257, torch.float32),
+    (softmax, 4096, 151936, torch.bfloat16),
+    (layernorm, 1024, 65536, torch.float32),
+], ids=["softmax_50257_fp32", "log_softmax_50257_fp32", "softmax_151936_bf16",
+        "layernorm_65536_fp32"])
+def test_every_offered_config_is_right_on_every_row(fn, rows: int, cols: int,
+                                                     dtype: torch.dtype) -> None:
     import hwmodels
     from porter.codegen import generate
     from porter.codegen import load_generated_module
@@ -50,27 +68,27 @@ def test_every_offered_config_is_right_on_every_row(fn, cols: int, dtype: torch.
     if hw is None or hw.build.backend != "triton-cuda":
         pytest.skip("split_coop is offered on CUDA devices with a hardware model only")
     name = f"coop_gpu_{fn.__name__}"
-    op = generate(fn, (torch.randn(4, 64),), name=name)
+    small = tuple(t.cpu().float()[:4, :64] if t.dim() == 2 else t.cpu().float()[:64]
+                  for t in _inputs(fn, 4, 64, torch.float32, 0))
+    op = generate(fn, small, name=name)
     mod = load_generated_module(op.triton_module_source(), name, interpret=False)
-    gen = torch.Generator(device="cuda").manual_seed(0)
-    x = torch.randn(4096, cols, generator=gen, device="cuda", dtype=dtype) * 4
-    configs = [c for c in op.variant_space(hw, (x,), dtype) if c["strategy"] == "split_coop"]
+    ins = _inputs(fn, rows, cols, dtype, 0)
+    configs = [c for c in op.variant_space(hw, ins, dtype) if c["strategy"] == "split_coop"]
     assert configs
     ran: list[dict[str, Any]] = []
     refused: list[str] = []
     for cfg in configs:
         try:
-            mod.launch(x, config=cfg)
+            mod.launch(*ins, config=cfg)
             torch.cuda.synchronize()
         except RuntimeError as exc:
             if "cooperative" not in str(exc):
                 raise
             refused.append(f"{cfg}: {exc}")
             continue
-        for seed in range(3):
-            xs = torch.randn(x.shape, generator=gen.manual_seed(seed + 1), device="cuda",
-                             dtype=dtype) * 4
-            err = _max_err(fn, xs, mod.launch(xs, config=cfg))
+        for seed in range(1, 4):
+            fresh = _inputs(fn, rows, cols, dtype, seed)
+            err = _max_err(fn, fresh, mod.launch(*fresh, config=cfg))
             assert err <= TOL[dtype], (cfg, seed, err)
         ran.append(cfg)
     assert ran, refused
@@ -99,4 +117,4 @@ def test_a_cooperative_launch_replays_in_a_cuda_graph() -> None:
     x.copy_(torch.randn_like(x) * 4)
     graph.replay()
     torch.cuda.synchronize()
-    assert _max_err(softmax, x, out) <= TOL[torch.float32]
+    assert _max_err(softmax, (x,), out) <= TOL[torch.float32]
