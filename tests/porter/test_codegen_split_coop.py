@@ -224,3 +224,16 @@ def test_coop_groups_keep_every_program_resident() -> None:
     assert coop_groups(4096, 13, 132 * 4) == 40
     assert coop_groups(7, 13, 132 * 4) == 7  # fewer rows than groups: one group a row
     assert coop_groups(4096, 133, 132) == 0  # a row's chunks cannot all be resident
+
+
+@pytest.mark.parametrize("split", [1, 4])
+def test_split_coop_layernorm_over_three_trailing_dims(split: int) -> None:
+    # rows of 3 x 5 x 7 = 105 elements split back into their dims: SPLIT 1 runs the coop
+    # kernel itself, SPLIT 4 the split row's launches on the same chunks of 32 columns
+    from tests.porter.test_codegen_long_rows import layernorm3
+
+    x = rand(3, 3, 5, 7)
+    w, b = rand(3, 5, 7, seed=1), rand(3, 5, 7, seed=2)
+    cfg = {**_coop(16, 105, warps=1), "SPLIT": split}
+    got = _launch(layernorm3, (x, w, b), f"coop_ln3_{split}", cfg, split > 1)
+    assert_close(got, _ref64(layernorm3, (x, w, b)), FP32)
