@@ -31,7 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.configs import check_config
+from bench.configs import local_gpu
 from bench.configs import run_cases
+from bench.configs import select_cases
 
 CHECK_ROWS = 8  # rows (or, for a column case, indices of dim 0) checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
@@ -170,20 +172,8 @@ def main(argv: list[str] | None = None) -> int:
                     + ", ".join(c.name for c in cases))
     ap.add_argument("--reps", type=int, default=30)
     args = ap.parse_args(argv)
-    if args.cases:
-        names = set(args.cases.split(","))
-        unknown = names - {c.name for c in cases}
-        if unknown:
-            raise SystemExit(f"align_ab: unknown case(s) {sorted(unknown)}")
-        cases = [c for c in cases if c.name in names]
-
-    import hwmodels
-    from harness.timing import require_gpu
-
-    require_gpu()
-    det = hwmodels.detect()
-    if det.model is None:
-        raise SystemExit("align_ab: the local GPU matches no hardware model in hwmodels/devices/")
+    cases = select_cases(cases, args.cases, "align_ab")
+    det = local_gpu("align_ab")
     args.out.mkdir(parents=True, exist_ok=True)
     run_cases(args.out / "align_ab.jsonl", det, det.model, args.reps, cases,
               lambda case: run_case(case, det.model, args), print_table)

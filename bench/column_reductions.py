@@ -37,7 +37,9 @@ from typing import Any
 import torch
 
 from bench.configs import check_config
+from bench.configs import local_gpu
 from bench.configs import run_cases
+from bench.configs import select_cases
 
 CHECK = 2  # indices of dim 0 checked in float64
 TOL = {torch.float32: 1e-4, torch.bfloat16: 2e-2, torch.float16: 4e-3}  # max|err| / max|ref|
@@ -197,28 +199,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = ap.parse_args(argv)
-    cases = CASES
-    if args.cases:
-        names = set(args.cases.split(","))
-        unknown = names - {c.name for c in CASES}
-        if unknown:
-            raise SystemExit(f"column_reductions: unknown case(s) {sorted(unknown)}; known: "
-                             + ", ".join(c.name for c in CASES))
-        cases = [c for c in CASES if c.name in names]
-
-    import hwmodels
+    cases = select_cases(CASES, args.cases, "column_reductions")
     from harness.timing import TimingUnavailable
-    from harness.timing import require_gpu
 
     try:
-        require_gpu()
+        det = local_gpu("column_reductions")
     except TimingUnavailable as exc:
         print(f"column_reductions: needs a GPU ({exc}); the column kernel's CPU tests are "
               "tests/porter/test_codegen_columns.py")
-        return 2
-    det = hwmodels.detect()
-    if det.model is None:
-        print(f"column_reductions: this GPU has no hardware model: {det.reason}")
         return 2
     hw = det.model
     args.out.mkdir(parents=True, exist_ok=True)

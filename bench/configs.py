@@ -1,7 +1,8 @@
-"""What bench/long_rows.py and bench/column_reductions.py share: checking a generated module's
-configs before timing them (each run once, its first rows compared against a float64 reference;
-a config that raises or is wrong becomes a result row, not a crash), and the run record (a meta
-line, then each case's rows appended to a jsonl as soon as the case is done)."""
+"""What bench/long_rows.py, bench/column_reductions.py and bench/align_ab.py share: picking the
+cases named on the command line, the local GPU and its hardware model, checking a generated
+module's configs before timing them (each run once, its first rows compared against a float64
+reference; a config that raises or is wrong becomes a result row, not a crash), and the run
+record (a meta line, then each case's rows appended to a jsonl as soon as the case is done)."""
 
 from __future__ import annotations
 
@@ -63,3 +64,31 @@ def run_cases(path: Path, det: Any, hw: Any, reps: int, cases: Sequence[Any],
                 sink.write(json.dumps(r, default=str) + "\n")
             sink.flush()
             show(rows)
+
+
+def select_cases(cases: Sequence[Any], names: str, prog: str) -> list[Any]:
+    """The cases named in the comma-separated `names` (all of them where it is empty); an
+    unknown name stops the run, naming the known ones."""
+    if not names:
+        return list(cases)
+    wanted = set(names.split(","))
+    unknown = wanted - {c.name for c in cases}
+    if unknown:
+        raise SystemExit(f"{prog}: unknown case(s) {sorted(unknown)}; known: "
+                         + ", ".join(c.name for c in cases))
+    return [c for c in cases if c.name in wanted]
+
+
+def local_gpu(prog: str) -> Any:
+    """`hwmodels.detect()` for the local GPU: raises harness.timing.TimingUnavailable where
+    there is none, stops the run where its device has no hardware model (the % of copy
+    bandwidth needs one)."""
+    import hwmodels
+    from harness.timing import require_gpu
+
+    require_gpu()
+    det = hwmodels.detect()
+    if det.model is None:
+        raise SystemExit(f"{prog}: the local GPU matches no hardware model in "
+                         f"hwmodels/devices/: {det.reason}")
+    return det

@@ -33,7 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from bench.configs import check_config
+from bench.configs import local_gpu
 from bench.configs import run_cases
+from bench.configs import select_cases
 
 NEW = ("split_row", "looped_l2", "split_coop")
 # families whose every config is tried: split_coop's space is small (15 configs, 5 kernels at
@@ -221,20 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = ap.parse_args(argv)
-    if args.cases:
-        names = set(args.cases.split(","))
-        unknown = names - {c.name for c in cases}
-        if unknown:
-            raise SystemExit(f"long_rows: unknown case(s) {sorted(unknown)}")
-        cases = [c for c in cases if c.name in names]
-
-    import hwmodels
-    from harness.timing import require_gpu
-
-    require_gpu()
-    det = hwmodels.detect()
-    if det.model is None:
-        raise SystemExit("long_rows: the local GPU matches no hardware model in hwmodels/devices/")
+    cases = select_cases(cases, args.cases, "long_rows")
+    det = local_gpu("long_rows")
     hw = det.model
     args.out.mkdir(parents=True, exist_ok=True)
 

@@ -87,3 +87,14 @@ def generate_space(case: lr.Case, hw) -> list[dict]:
     op = generate(case.fn, case.small(), name="lr_space")
     inputs = case.inputs(torch.device("cpu"))
     return op.variant_space(hw, inputs, case.dtype)
+
+
+def test_cases_on_the_command_line_are_picked_by_name_and_an_unknown_one_stops_the_run() -> None:
+    from bench.configs import select_cases
+
+    cases = lr._cases()
+    assert select_cases(cases, "", "long_rows") == cases
+    picked = select_cases(cases, "rmsnorm_16x4194304_fp32,softmax_4096x50257_fp32", "long_rows")
+    assert [c.name for c in picked] == ["softmax_4096x50257_fp32", "rmsnorm_16x4194304_fp32"]
+    with pytest.raises(SystemExit, match="long_rows: unknown case.*'nope'.*known: ln3_"):
+        select_cases(cases, "nope", "long_rows")
