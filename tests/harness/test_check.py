@@ -458,3 +458,33 @@ def test_cancelling_sum_is_judged_by_input_sensitivity_not_result_size():
     assert ctx.native_floor_used
     with pytest.raises(trial.TrialFailed):
         trial.compare_outputs(ctx, (exact + 1e4).float(), exact, 0, "far", sensitivity=sens)
+
+
+def test_sensitivity_takes_the_largest_change_over_several_draws(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A linear layer on identical 1e4-valued inputs: one perturbation draw's change of an
+    output is a random sum of its 64 terms, near zero at a few outputs by chance (there a
+    backward-stable fp32 result failed the check, 1 check in 40); the largest over the draws
+    is not, and never below a single draw's."""
+    from harness import trial
+
+    gen = torch.Generator().manual_seed(3)
+    w = torch.randn(512, 64, generator=gen)
+    problem = Problem("linear", lambda x: x @ w.t().to(x.dtype), lambda *a: (), (16, 64),
+                      [(16, 64)], dtypes=(torch.float32,))
+    ctx = trial.CheckContext(problem, lambda *a, **k: None, torch.device("cpu"), True, None,
+                             False, torch.float64)
+    x = torch.full((16, 64), 1e4)
+    ref = (x.double() @ w.t().double())
+
+    def sensitivity(draws: int) -> torch.Tensor:
+        monkeypatch.setattr(trial, "SENSITIVITY_DRAWS", draws)
+        out = trial.Sensitivity(ctx, (x,), torch.float32).output(0, ref)
+        assert out is not None
+        return out
+
+    draws = trial.SENSITIVITY_DRAWS
+    one, several = sensitivity(1), sensitivity(draws)
+    assert bool((several >= one).all())
+    tiny = [int((s < s.median() / 8).sum()) for s in (one, several)]
+    assert tiny[0] > 0 and tiny[1] < tiny[0] / 4, tiny
