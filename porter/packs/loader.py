@@ -217,9 +217,9 @@ class PackedOp:
     def _nearest_with_rules(self, target: str, entry: dict[str, Any], skip: dict[str, Any],
                             bucket: str, inputs: tuple[Any, ...], dtype: str
                             ) -> tuple[dict[str, Any], tuple[dict[str, Any], str]] | None:
-        """The nearest other bucket of `dtype` (checked at least at the interpreted tier) whose
-        file is not `skip`'s and derives a config for these inputs, with (config, how); None
-        where none does."""
+        """(bucket, (config, how)): the nearest other bucket of `dtype` (checked at least at
+        the interpreted tier) whose file is not `skip`'s and derives a config for these inputs,
+        with that config; None where none does."""
         others = [x for x in entry["buckets"] if x["dtype"] == dtype and x["file"] != skip["file"]
                   and not x["file"].endswith(".metal")
                   and tier_rank(x["tier"]) >= tier_rank(Tier.INTERPRETED)]
