@@ -67,6 +67,7 @@ from harness.trial import dtype_texts
 from harness.trial import flat_index
 from harness.trial import fresh_inputs
 from harness.trial import generator
+from harness.trial import native_outputs
 from harness.trial import new_seed
 from harness.trial import reference_outputs
 from harness.trial import representable
@@ -336,10 +337,14 @@ def _stage_determinism(ctx: CheckContext, dtypes: tuple[torch.dtype, ...]) -> St
     for dtype in dtypes:
         try:
             inputs, seed = fresh_inputs(ctx, shape, dtype)
-            first = run_trial(ctx, inputs, "random", shape, dtype, seed)
+            # one reference for every run: the inputs do not change
+            ref = reference_outputs(ctx, inputs, dtype)
+            native = native_outputs(ctx, inputs)
+            first = run_trial(ctx, inputs, "random", shape, dtype, seed, ref=ref, native=native)
             first = [t.clone() for t in first]
             for run in range(1, DETERMINISM_RUNS):
-                again = run_trial(ctx, inputs, "random", shape, dtype, seed)
+                again = run_trial(ctx, inputs, "random", shape, dtype, seed, ref=ref,
+                                  native=native)
                 for i, (a, b) in enumerate(zip(first, again, strict=True)):
                     if same_values(a, b, tol):
                         continue

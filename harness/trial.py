@@ -86,15 +86,20 @@ def run_trial(
     *,
     with_guards: bool = False,
     ref: tuple[list[torch.Tensor], bool] | None = None,
+    native: list[torch.Tensor] | None = None,
     out: Any = None,
 ) -> list[torch.Tensor]:
     """Run the candidate once on `inputs` and compare; raise `TrialFailed` on any problem.
+
+    `ref` (`reference_outputs`) and `native` (`native_outputs`) of these inputs, where the caller
+    has them already (the same inputs run again): a reference of inputs of several GB runs on
+    the host when the device cannot hold its float64 copies.
 
     Returns the output tensors (the harness's buffers) so callers can reuse or compare them.
     """
     where = describe_trial(label, shape, dtype, seed)
     ref_outs, single = reference_outputs(ctx, inputs, dtype) if ref is None else ref
-    native_outs = native_outputs(ctx, inputs)
+    native_outs = native_outputs(ctx, inputs) if native is None else native
     if out is None:
         out = alloc_out(ref_outs, dtype, ctx.device, single)
     outs = [out] if isinstance(out, torch.Tensor) else list(out)

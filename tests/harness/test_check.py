@@ -488,3 +488,20 @@ def test_sensitivity_takes_the_largest_change_over_several_draws(
     assert bool((several >= one).all())
     tiny = [int((s < s.median() / 8).sum()) for s in (one, several)]
     assert tiny[0] > 0 and tiny[1] < tiny[0] / 4, tiny
+
+
+def test_determinism_runs_the_reference_once_for_its_repeated_inputs(small: Problem) -> None:
+    """The determinism stage runs the candidate several times on one input: the reference (in
+    float64, and in the inputs' dtype for eager's own error) runs once, not once per run (a
+    reference of several GB may run on the host)."""
+    ref_dtypes: list[torch.dtype] = []
+
+    def reference(x: torch.Tensor) -> torch.Tensor:
+        ref_dtypes.append(x.dtype)
+        return torch.softmax(x, -1)
+
+    problem = dataclasses.replace(small, reference=reference, dtypes=(torch.float16,))
+    report = harness.check(problem, _torch_softmax, stages=["determinism"])
+    assert report.passed, report.summary()
+    assert report.stages[0].trials == 3
+    assert sorted(ref_dtypes, key=str) == [torch.float16, torch.float64]
