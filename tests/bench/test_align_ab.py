@@ -12,9 +12,8 @@ import torch
 
 import hwmodels
 from bench import align_ab as ab
-from harness.timing import Comparison
-from harness.timing import Timing
 from harness.timing import TimingUnavailable
+from tests.bench.fake_timing import fake_compare
 
 
 def test_without_a_gpu_it_says_so(tmp_path: Path) -> None:
@@ -33,19 +32,10 @@ def test_the_cases_hold_issue_31s_width_and_controls() -> None:
             "rms36_16x64x3000_bf16"} <= set(names)
 
 
-def _fake_compare(providers, make_args, *, hw, reps, warmup, graph):
-    # each provider runs once (its output is not checked here) and gets a made-up time
-    for fn in providers.values():
-        fn(*make_args())
-    t = {name: Timing(1.0 + i, 1.0 + i, 1.0 + i, 1.0 + i, 1, "events",
-                      samples_ms=(1.0 + i,)) for i, name in enumerate(providers)}
-    return Comparison(timings=t, order=tuple(providers))
-
-
 def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
     import harness.timing
 
-    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    monkeypatch.setattr(harness.timing, "compare", fake_compare)
     case = ab.Case("rms_small", ab.rmsnorm, (8, 1000), torch.bfloat16, 1, 1008)
     mod, mod1 = ab.modules(case, interpret=True)
     seen = []

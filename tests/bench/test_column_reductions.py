@@ -10,6 +10,7 @@ import torch
 import hwmodels
 from bench import column_reductions as cr
 from porter.codegen import generate
+from tests.bench.fake_timing import fake_compare
 
 
 def test_without_a_gpu_it_says_so(tmp_path: Path) -> None:
@@ -30,25 +31,13 @@ def test_the_row_kernel_is_the_launchers_old_choice_and_bytes_are_ideal() -> Non
     assert op.default_config(hwmodels.get("h100"), real)["strategy"] == "columns"
 
 
-def _fake_compare(providers, make_args, *, hw, reps, warmup, graph):
-    # each provider runs once (its output is checked by run_case before) and gets a made-up time
-    from harness.timing import Comparison
-    from harness.timing import Timing
-
-    for fn in providers.values():
-        fn(*make_args())
-    t = {name: Timing(1.0 + i, 1.0 + i, 1.0 + i, 1.0 + i, 1, "events", samples_ms=(1.0 + i,))
-         for i, name in enumerate(providers)}
-    return Comparison(timings=t, order=tuple(providers))
-
-
 def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
     # so that the lead's device time is not spent on a script error
     import argparse
 
     import harness.timing
 
-    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    monkeypatch.setattr(harness.timing, "compare", fake_compare)
     case = cr.Case("rms_small", cr.rmsnorm_channels, (3, 8, 4, 128), torch.float32, True)
     args = argparse.Namespace(columns=2, top=2, screen_reps=1, reps=1, no_compile=True)
     rows = cr.run_case(case, hwmodels.get("h100"), args, device="cpu", interpret=True)

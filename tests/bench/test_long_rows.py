@@ -13,9 +13,8 @@ import torch
 
 import hwmodels
 from bench import long_rows as lr
-from harness.timing import Comparison
-from harness.timing import Timing
 from harness.timing import TimingUnavailable
+from tests.bench.fake_timing import fake_compare
 
 
 def test_without_a_gpu_it_says_so(tmp_path: Path) -> None:
@@ -33,19 +32,10 @@ def test_the_cases_are_the_issues_shapes() -> None:
             "rmsnorm_16x4194304_fp32"} <= set(names)
 
 
-def _fake_compare(providers, make_args, *, hw, reps, warmup, graph):
-    # each provider runs once (its output is not checked here) and gets a made-up time
-    for fn in providers.values():
-        fn(*make_args())
-    t = {name: Timing(1.0 + i, 1.0 + i, 1.0 + i, 1.0 + i, 1, "events",
-                      samples_ms=(1.0 + i,)) for i, name in enumerate(providers)}
-    return Comparison(timings=t, order=tuple(providers))
-
-
 def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
     import harness.timing
 
-    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    monkeypatch.setattr(harness.timing, "compare", fake_compare)
     # a 2-row layernorm over 3 dims, on an H100 of 4 SMs (splits of 4 to 16 chunks: few
     # programs for the interpreter)
     h100 = hwmodels.get("h100")
@@ -64,7 +54,7 @@ def test_one_case_runs_end_to_end_on_the_cpu(monkeypatch) -> None:
 def test_a_vocabulary_softmax_case_times_every_split_coop_config(monkeypatch) -> None:
     import harness.timing
 
-    monkeypatch.setattr(harness.timing, "compare", _fake_compare)
+    monkeypatch.setattr(harness.timing, "compare", fake_compare)
     # 2 rows of 16384 on an H100 of 4 SMs: every split_coop config is tried (chunks of 4096,
     # 8192 or 16384 columns; 4, 2 or 1 per row), under the interpreter the split row's
     # launches or, with one chunk, the coop kernel itself
