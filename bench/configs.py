@@ -92,3 +92,15 @@ def local_gpu(prog: str) -> Any:
         raise SystemExit(f"{prog}: the local GPU matches no hardware model in "
                          f"hwmodels/devices/: {det.reason}")
     return det
+
+
+def case_rows(rows: Sequence[dict[str, Any]]) -> tuple[str, list[dict[str, Any]],
+                                                         list[dict[str, Any]]] | None:
+    """(case name, the timed rows, the failed configs' rows) of one case's rows, as the scripts'
+    tables print them; None where the case has neither."""
+    final = [r for r in rows if r.get("final")]
+    errors = [r for r in rows if "error" in r]
+    if not final and not errors:
+        return None
+    return (final or errors)[0]["case"], final, errors
+

@@ -32,6 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from bench.configs import case_rows
 from bench.configs import check_config
 from bench.configs import local_gpu
 from bench.configs import run_cases
@@ -191,11 +192,10 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda"
 
 
 def print_table(rows: list[dict[str, Any]]) -> None:
-    final = [r for r in rows if r.get("final")]
-    errors = [r for r in rows if "error" in r]
-    if not final and not errors:
+    parts = case_rows(rows)
+    if parts is None:
         return
-    case = (final or errors)[0]["case"]
+    case, final, errors = parts
     print(f"\n{case}")
     print(f"  {'provider':<15}{'ms':>9}{'GB/s':>9}{'% copy':>8}{'x eager':>9}{'x compile':>10}"
           "  config")
