@@ -211,6 +211,19 @@ def matmul_default(m, n, k, elem_bytes, tma=False, tf32x3=False):
             "num_warps": warps, "num_stages": stages}
 
 
+def b_kmajor_copy(m, stride_bk):
+    """Whether a tf32x3 matmul first copies B into a K-contiguous scratch (the launcher's rule
+    where the config names no B_KMAJOR).
+
+    The tensor cores take 32-bit operands K-major only (sm_90's wgmma transposes 16-bit ones
+    alone), so a row-major B (N contiguous, `stride_bk` != 1) is reordered inside every K step:
+    KernelBench's 1, 2, 13 and 16 ran 0.93-0.96x cuBLAS where B^T (17, 18) ran 1.85-1.94x
+    (bench/NOTES.md, issue 31). The copy reads and writes B once, 2 * K * N elements: about
+    130 / M of the matmul's own time at H100 rates, so it pays where M >= 1024.
+    """
+    return stride_bk != 1 and m >= 1024
+
+
 def acc_chunk(k, block_k, elem_bytes):
     """K blocks per partial accumulator of an fp32 matmul's tiled kernel (0: one accumulator;
     always for 16-bit operands, whose kernels stay as they were).

@@ -165,6 +165,24 @@ class GeneratedOp:
             return False
         return self.problem_sizes(inputs)["K"] > 0 and self.tma_layout_ok(inputs, a.element_size())
 
+    def _launched_operands(self, inputs: Sequence[Any], config: dict[str, Any]) -> Sequence[Any]:
+        """`inputs` as the tiled kernel receives them: a tf32x3 launcher copies a row-major B
+        into a K-contiguous scratch first (`heuristics.b_kmajor_copy`, the template's
+        `_b_kmajor`), whose strides the kernel is then compiled for."""
+        if self.family != "matmul_epilogue" or "b" not in self._mm or not config.get("tf32x3"):
+            return inputs
+        kb, bk, bn = self._mm["b"]
+        b = inputs[kb]
+        if config.get("ieee", b.dtype == torch.float32) or b.stride(bk) == 1 or b.numel() == 0:
+            return inputs
+        m = self.problem_sizes(inputs)["M"]
+        if not config.get("B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
+            return inputs
+        strides = [0, 0]
+        strides[bk], strides[bn] = 1, int(b.shape[bk])
+        copy = torch.empty_strided(tuple(b.shape), tuple(strides), dtype=b.dtype, device="meta")
+        return (*inputs[:kb], copy, *inputs[kb + 1:])
+
     # -- cross-compilation ---------------------------------------------------------------------
     def _int_args(self, inputs: Sequence[Any], specs: list[Any]) -> dict[str, int]:
         """Values of the integer runtime arguments for these inputs (outputs contiguous)."""
@@ -195,6 +213,7 @@ class GeneratedOp:
         config = config or self.default_config(None, inputs)
         if config.get("strategy") in ("tma_persistent", "tma_ws") and not self.tma_applies(inputs):
             config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
+        inputs = self._launched_operands(inputs, config)
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
         if "SPLIT" in config and "n_cols" in ints:

@@ -90,3 +90,48 @@ def test_sequential_fp32_sum_model_misses_the_tolerance_partials_do_not() -> Non
     chunked = float(np.cumsum(parts, dtype=np.float32)[-1])
     assert abs(one - exact) > 1e-5 * exact  # fp32's tolerance (harness/tolerance.py)
     assert abs(chunked - exact) < 1e-6 * exact
+
+
+def matmul_at(a, b):
+    return a.t() @ b  # A given as [K, M] (KernelBench's 16_Matmul_with_transposed_A)
+
+
+TF32X3_TILE = {"strategy": "tiled", "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "GROUP_M": 2,
+               "num_warps": 1, "num_stages": 1, "ieee": False, "tf32x3": True}
+
+
+@pytest.mark.parametrize("fn,a_shape", [(matmul, (37, 53)), (matmul_at, (53, 37))])
+def test_row_major_b_is_copied_k_major_and_the_product_is_right(fn, a_shape) -> None:
+    # odd M, K, N: the copy kernel's 64x64 tiles and the matmul's tiles both end ragged
+    ex = (_rand(*a_shape, seed=0), _rand(53, 29, seed=1))
+    op = generate(fn, ex, name=f"mm_kmajor_{fn.__name__}")
+    from porter.codegen.loading import load_generated_module
+
+    mod = load_generated_module(op.triton_module_source(), op.name, interpret=True)
+    forced = {**TF32X3_TILE, "B_KMAJOR": True}
+    copied = mod._b_kmajor(ex, 37, forced)[1]
+    assert copied is not ex[1] and copied.stride() == (1, 53)  # K (dim 0) contiguous
+    assert torch.equal(copied, ex[1])
+    got = mod.launch(*ex, out=torch.full((37, 29), float("nan")), config=forced)
+    assert_close((got,), _ref64(fn, ex), torch.float32)
+    # B^T already K-contiguous, exact fp32, or the rule's small M: B goes in as it is
+    assert mod._b_kmajor((ex[0], ex[1].t().contiguous().t()), 37, forced)[1].stride() == (1, 53)
+    assert mod._b_kmajor(ex, 37, {**forced, "ieee": True})[1] is ex[1]
+    assert mod._b_kmajor(ex, 37, TF32X3_TILE)[1] is ex[1]  # M = 37 < 1024
+
+
+def test_cross_compiled_kernel_takes_the_copy_strides_where_the_rule_copies() -> None:
+    op = generate(matmul, (_rand(32, 64, seed=0), _rand(64, 16, seed=1)), name="mm_kmajor_refs")
+    hw = hwmodels.get("h100")
+
+    def b_strides(m: int, **cfg: object) -> tuple[int, int]:
+        big = (torch.empty(m, 4096, device="meta"), torch.empty(4096, 2048, device="meta"))
+        config = {**op.default_config(hw, big), **cfg}
+        (ref,) = op.kernel_refs(big, config)
+        return ref.constexprs["stride_bk"], ref.constexprs["stride_bn"]
+
+    assert heuristics.b_kmajor_copy(4096, 2048) and not heuristics.b_kmajor_copy(512, 2048)
+    assert b_strides(4096, ieee=False, tf32x3=True) == (1, 4096)  # the K-contiguous copy
+    assert b_strides(512, ieee=False, tf32x3=True) == (2048, 1)  # M below the rule's
+    assert b_strides(4096, ieee=True) == (2048, 1)  # exact fp32: no tensor cores, no copy
+    assert b_strides(4096, ieee=False, tf32x3=True, B_KMAJOR=False) == (2048, 1)

@@ -68,8 +68,9 @@ def gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         a_strides=[f"inputs[{ka}].stride({am})", f"inputs[{ka}].stride({ak})"],
         b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
         a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn), tf32x3=tf32x3,
-        heuristics=heuristics_source(heuristics.tma_transposed, heuristics.matmul_default,
-                                      *((heuristics.acc_chunk,) if tf32x3 else ())))
+        heuristics=heuristics_source(
+            heuristics.tma_transposed, heuristics.matmul_default,
+            *((heuristics.acc_chunk, heuristics.b_kmajor_copy) if tf32x3 else ())))
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
                        (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
                         "stride_bn"),
