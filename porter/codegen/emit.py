@@ -208,7 +208,8 @@ class Emitter:
         if n.id in self.fixed:
             fixed_coords, var = self.fixed[n.id]
             if coords != fixed_coords:
-                raise UnsupportedOpError(n.origin, "matmul result re-indexed in the epilogue")
+                what = "scan" if n.op == "scan" else "matmul"
+                raise UnsupportedOpError(n.origin, f"{what} result re-indexed in the epilogue")
             return var
         if n.op == "input":
             return self.load(n, coords, extra)
@@ -256,6 +257,11 @@ class Emitter:
             return self.eval(x, tuple(c), extra)
         if n.op == "cat":
             return self.cat(n, coords, extra)
+        if n.op == "flip":
+            c = list(coords)
+            for d in n.attrs["dims"]:
+                c[d] = flip_coord(coords[d], self.args.size(x.shape[d]))
+            return self.eval(x, tuple(c), extra)
         if n.op == "gather":
             d = n.attrs["dim"]
             idx = self.eval(rest[0], coords, extra)
@@ -465,6 +471,29 @@ class Emitter:
             stride = self.args.size(sympy.Mul(*in_shape[j + 1:]))
             out.append(ZERO if s == 1 else Coord(f"({lin} // {stride} % {self.args.size(s)})", col))
         return tuple(out)
+
+
+def flip_coord(c: Coord, size: str) -> Coord:
+    """The coordinate of position `c` along a flipped dim of `size` positions: size - 1 - c.
+    A coordinate flipped twice is the one it came from, unwrapped rather than nested: the
+    reversed scan's `n - 1 - cols` read through a flip of its input is `cols` again, which the
+    compiler sees as contiguous (vector loads) where the nested form it would not."""
+    head = f"({size} - 1 - "
+    inner = c.expr[len(head):-1]
+    if c.expr.startswith(head) and c.expr.endswith(")") and _balanced(inner):
+        return Coord(inner, c.col, c.unit)
+    return Coord(f"{head}{c.expr})", c.col, c.unit)
+
+
+def _balanced(expr: str) -> bool:
+    """Whether `expr`'s parentheses pair up inside it (it is one expression, not the tail of
+    one and the head of another)."""
+    depth = 0
+    for ch in expr:
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
 
 
 def _and(a: str | None, b: str | None) -> str | None:

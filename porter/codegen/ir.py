@@ -7,8 +7,9 @@ symbolically, so one generated module serves every shape), a torch dtype, and an
   scalar    a constant (attrs: value)
   pw        a pointwise op (attrs: fn); args are nodes, python numbers or sympy sizes
   reduce    sum/max/min along `dims` (attrs: kind, dims, keepdim); dims == all dims for a full one
-  expand, unsqueeze, squeeze, permute, reshape, slice, cat, gather: index ops, no math
+  expand, unsqueeze, squeeze, permute, reshape, slice, cat, gather, flip: index ops, no math
   mm        a 2-D matrix product
+  scan      an inclusive prefix sum/product along `dim` (attrs: kind "sum" | "prod", dim)
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ import sympy
 import torch
 
 POINTWISE = "pw"
-INDEX_OPS = ("expand", "unsqueeze", "squeeze", "permute", "reshape", "slice", "cat", "gather")
+INDEX_OPS = ("expand", "unsqueeze", "squeeze", "permute", "reshape", "slice", "cat", "gather",
+             "flip")
 
 
 @dataclass(eq=False)

@@ -117,8 +117,11 @@ class Lowering(IRBuilder):
             return self.pw("cast", x, like=dtype, origin=origin)
         if name == "scalar_tensor":
             return self.g.add("scalar", (), (), val.dtype, origin, value=args[0])
-        if name in ("full", "full_like") and len(val.shape) == 0:
-            return self.g.add("scalar", (), (), val.dtype, origin, value=args[1])
+        if name in ("full", "full_like"):
+            # a constant tensor is a scalar read at every position (no load, no buffer)
+            c = self.g.add("scalar", (), (), val.dtype, origin, value=args[1])
+            return c if len(val.shape) == 0 else self.g.add("expand", (c,), fx_shape(val),
+                                                             val.dtype, origin)
         if name in ("add", "sub", "rsub"):
             alpha = kw.get("alpha", 1)
             a, b = args[0], args[1]
@@ -366,6 +369,26 @@ class Lowering(IRBuilder):
                 pieces.append(sl)
                 start = start + size
             return pieces
+        if name == "select":
+            # x[..., i, ...]: a one-wide slice with its dim squeezed away (index arithmetic)
+            dim = args[1] % x.rank
+            index = args[2] if not (isinstance(args[2], int) and args[2] < 0) \
+                else x.shape[dim] + args[2]
+            sl_shape = tuple(sympy.Integer(1) if i == dim else s_ for i, s_ in enumerate(x.shape))
+            sl = self.g.add("slice", (x,), sl_shape, x.dtype, origin, dim=dim,
+                            start=sympy.sympify(index), step=1)
+            return self.g.add("squeeze", (sl,), fx_shape(val), val.dtype, origin, dims=(dim,))
+        if name == "flip":
+            dims = tuple(sorted({d % x.rank for d in args[1]}))
+            return self.g.add("flip", (x,), fx_shape(val), val.dtype, origin, dims=dims)
+        if name in ("cumsum", "cumprod"):
+            # the scan family (porter/codegen/generation/scan.py); an integer or bool input
+            # accumulates in the output's dtype (int64), as torch's does
+            if x.rank == 0:
+                raise UnsupportedOpError(origin, "a scan of a 0-dim tensor is not covered")
+            xin = x if x.dtype == val.dtype else self.pw("cast", x, like=val.dtype)
+            return self.g.add("scan", (xin,), fx_shape(val), val.dtype, origin,
+                              kind="sum" if name == "cumsum" else "prod", dim=args[1] % x.rank)
         if name == "cat":
             parts = [p for p in args[0] if isinstance(p, Node)]
             dim = (args[1] if len(args) > 1 else 0) % parts[0].rank

@@ -37,8 +37,11 @@ class RowPlan:
 
 
 def classify(g: Graph) -> str:
-    """'matmul_epilogue' | 'matmul_rowwise' | 'rowwise' | 'elementwise' (raises for what no
-    template covers).
+    """'matmul_epilogue' | 'matmul_rowwise' | 'scan' | 'rowwise' | 'elementwise' (raises for
+    what no template covers).
+
+    scan: a cumulative sum or product with elementwise ops around it
+    (porter/codegen/generation/scan.py).
 
     matmul_rowwise: matmuls (one, or a chain) whose output, after elementwise ops, is reduced
     row by row; porter.codegen.matmul_rowwise cuts the graph after each matmul's epilogue (and
@@ -46,6 +49,12 @@ def classify(g: Graph) -> str:
     live = g.live()
     mms = [n for n in live if n.op == "mm"]
     reds = [n for n in live if n.op == "reduce"]
+    scans = [n for n in live if n.op == "scan"]
+    if scans:
+        if mms or reds:
+            raise UnsupportedOpError(scans[0].origin, "a scan in one op with a matmul or a "
+                                     "reduction is not covered")
+        return "scan"
     if mms:
         if reds and any(r.id < mms[-1].id for r in reds):
             raise UnsupportedOpError("aten.mm", "a reduction before a matmul")

@@ -109,8 +109,8 @@ def test_max_over_a_dim_values_only_passes_all_stages(tmp_path: Path) -> None:
      "indices of min"),
     (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmax(x, dim=self.dim)"),
      "argmax"),
-    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.cumsum(x, dim=self.dim)"),
-     "aten.cumsum"),
+    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.cummax(x, dim=self.dim)[0]"),
+     "aten.cummax"),
 ])
 def test_index_and_scan_ops_fail_with_a_clear_not_covered_error(tmp_path: Path, body: str,
                                                                 needle: str) -> None:

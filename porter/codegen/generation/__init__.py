@@ -16,6 +16,7 @@ from porter.codegen.generation.flat import gen_flat
 from porter.codegen.generation.matmul import gen_matmul
 from porter.codegen.generation.matmul_rowwise import gen_matmul_rowwise
 from porter.codegen.generation.rowwise import gen_rowwise
+from porter.codegen.generation.scan import gen_scan
 from porter.codegen.ir import Graph
 from porter.codegen.ir import Node
 from porter.codegen.kernel_args import KernelArgs
@@ -70,6 +71,8 @@ def generate(reference: Callable[..., Any], example_inputs: Sequence[Any], *,
         return gen_matmul(name, g, example_inputs, args, subs)
     if family == "matmul_rowwise":
         return gen_matmul_rowwise(name, g, example_inputs, subs)
+    if family == "scan":
+        return gen_scan(name, g, example_inputs, args, subs)
     if family == "elementwise" and flat_ok(g):
         return gen_flat(name, g, example_inputs, args, subs)
     return gen_rowwise(name, g, example_inputs, args, subs, family)
