@@ -45,6 +45,11 @@ DEVICE_REPS = 50
 SCREEN_REPS = 10
 FINALISTS = 3
 
+# A candidate whose one call takes this many times the fastest candidate's or eager PyTorch's is
+# not timed side by side: it cannot be kept, and its repetitions can cost minutes (KernelBench
+# 35_GroupNorm, inputs of 7.5 GB: four candidates' timing ran past 150 s on an H100).
+SLOW_FACTOR = 8.0
+
 DEVICE_HUNG_EXIT = 3
 _exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
 
@@ -60,6 +65,42 @@ def deadline(seconds: float, on_expire: Callable[[], None]) -> Iterator[None]:
         yield
     finally:
         timer.cancel()
+
+
+def one_call_ms(fn: Callable[..., Any], args: tuple[Any, ...], calls: int = 1) -> float:
+    """The fastest of `calls` single calls of `fn(*args)`, by CUDA events (warm: compiled)."""
+    import torch
+
+    best = float("inf")
+    for _ in range(calls):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        with torch.no_grad():
+            fn(*args)
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return best
+
+
+def drop_slow(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
+              shape: tuple[int, ...], passing: list[tuple[Pending, Any]],
+              args: tuple[Any, ...]) -> list[tuple[Pending, Any]]:
+    """`passing` without the candidates whose one call takes over SLOW_FACTOR times the
+    fastest candidate's or eager's (two calls: its first warms up); each dropped one gets a
+    verdict that says so."""
+    times = [one_call_ms(cand, args) for _, cand in passing]
+    eager = one_call_ms(session.problem.reference, args, calls=2)
+    floor = min(*times, eager)
+    kept = []
+    for (p, cand), ms in zip(passing, times, strict=True):
+        if ms <= SLOW_FACTOR * floor:
+            kept.append((p, cand))
+            continue
+        record_verdict(session, hw, bucket, dname, shape, p, passed=False,
+                       why=f"one call took {ms:.4g} ms, over {SLOW_FACTOR:g}x the fastest of the "
+                           f"candidates and eager PyTorch ({floor:.4g} ms): not timed further")
+    return kept
 
 
 def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBackend,
@@ -134,6 +175,8 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
                       make_args, hw=hw, reps=reps, warmup=3, graph=False)
         return {id(p): cmp.timings[str(i)] for i, (p, _) in enumerate(group)}
 
+    if passing:
+        passing = drop_slow(session, hw, bucket, dname, shape, passing, make_args())
     if passing:
         screened = len(passing) > FINALISTS
         timings = time_side_by_side(passing, SCREEN_REPS if screened else DEVICE_REPS)

@@ -182,6 +182,42 @@ def test_a_hung_candidate_is_recorded_rejected_and_the_run_resumes_without_it(
     assert entry.verdict == "rejected" and "taken to be hung" in entry.reason
 
 
+def test_a_candidate_far_slower_than_the_fastest_or_eager_is_not_timed(
+        tmp_path: Path, monkeypatch) -> None:
+    # drop_slow's rule with the one-call times given (no GPU here): 8x the fastest of the
+    # candidates and eager PyTorch, each dropped one rejected in the ledger with its times
+    from types import SimpleNamespace
+
+    import hwmodels
+    from porter.judge import device
+    from porter.judge.common import Pending
+    from porter.ledger import Ledger
+    from porter.ledger import candidate_key
+    from porter.search import Candidate
+
+    def pending(block: int) -> Pending:
+        cfg = {"strategy": "split_row", "BLOCK_N": block, "dtype": "fp32"}
+        key = candidate_key("h100", "cd" * 32, cfg, "896x2097152", "fp32")
+        return Pending(Candidate(cfg), "src", "cd" * 32, key, {}, {}, "compiled")
+
+    session = SimpleNamespace(ledger=Ledger(tmp_path / "ledger.jsonl"), judged_in_target=0,
+                              detail=lambda line: None,
+                              problem=SimpleNamespace(reference="eager"))
+    ms = {"fast": 10.0, "slow": 81.0, "edge": 80.0, "eager": 12.0}
+    monkeypatch.setattr(device, "one_call_ms", lambda fn, args, calls=1: ms[fn])
+    passing = [(pending(b), name) for b, name in ((1024, "fast"), (2048, "slow"), (4096, "edge"))]
+    kept = device.drop_slow(session, hwmodels.get("h100"), "896x2097152", "fp32", (896, 2097152),
+                            passing, ())
+    assert [name for _, name in kept] == ["fast", "edge"]
+    entry = Ledger(tmp_path / "ledger.jsonl").get(passing[1][0].key)
+    assert entry is not None and entry.verdict == "rejected"
+    assert "one call took 81 ms, over 8x" in entry.reason and "(10 ms)" in entry.reason
+    # every candidate far slower than eager: none is timed, the bucket keeps the reference
+    ms.update(eager=1.0)
+    assert device.drop_slow(session, hwmodels.get("h100"), "896x2097152", "fp32",
+                            (896, 2097152), passing, ()) == []
+
+
 def test_device_deadline_comes_from_the_environment(monkeypatch) -> None:
     from porter.port import DEVICE_DEADLINE_S
     from porter.port import PortError
