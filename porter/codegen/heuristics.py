@@ -268,7 +268,7 @@ def acc_chunk(k, block_k, elem_bytes):
 
 
 def columns_default(n_outer, n_inner, n_cols, elem_bytes, sms=132, warp_size=32,
-                    max_threads=1024):
+                    max_threads=1024, min_reduced=128):
     """Config for the column kernel (a reduced dim that is not the last; porter/codegen/rowwise/
     columns.py): BLOCK_I positions of the last dim per program, BLOCK_R steps of the reduced
     dim per loop step; None where the last dim holds less than one 32-byte sector (nothing to
@@ -281,8 +281,16 @@ def columns_default(n_outer, n_inner, n_cols, elem_bytes, sms=132, warp_size=32,
     blocks (more programs) while the grid would give fewer than 8 programs per SM (`sms`),
     down to 256 bytes (two 128-byte lines), so that every SM has loads in flight; and fewer
     warps where the tile holds less than one 16-byte load per thread.
+
+    None also where the reduced dim is short (<= `min_reduced` steps): the row kernel's
+    single pass then holds a tile of many positions x the whole reduced dim in registers, its
+    loads whole lines along the positions, and reads the input once where the column kernel's
+    looped body reads it twice. On an H100 (results/h100-2026-11-26-column-reductions/)
+    KernelBench 36_RMSNorm's 64 channels ran at 94.7% of copy in the row kernel (64 positions
+    x 64 channels, 8 warps) against 78% in the best column config; a reduced dim of 4096 ran
+    30% in rows against 101% in columns. Between the two the crossing was not measured.
     """
-    if n_inner * elem_bytes < 32:
+    if n_inner * elem_bytes < 32 or n_cols <= min_reduced:
         return None
     vec = max(1, 16 // elem_bytes)
     warps = max(1, min(4, max_threads // warp_size))

@@ -118,16 +118,18 @@ def test_column_kernel_16_bit(fn, dtype) -> None:
 def test_launcher_default_takes_the_column_kernel_and_writes_into_out() -> None:
     from porter.codegen import load_generated_module
 
-    x = rand(2, 6, 5, 100)
+    x = rand(2, 130, 3, 40)
     op = generate(rmsnorm_channels, (x,), name="col_default")
     mod = load_generated_module(op.triton_module_source(), "col_default", interpret=True)
     # the module's own choice (config=None) is the column kernel here...
-    assert mod.columns_default(10, 100, 6, 4, 4)["strategy"] == "columns"
+    assert mod.columns_default(6, 40, 130, 4, 4)["strategy"] == "columns"
     out = torch.full_like(x, float("nan"))
     assert mod.launch(x, out=out) is out
     assert_close((out,), _ref64(rmsnorm_channels, (x,)), F32)
-    # ... and a last dim under one 32-byte sector keeps the row kernels
-    assert mod.columns_default(10, 7, 6, 4, 4) is None
+    # ... and a last dim under one 32-byte sector keeps the row kernels, as does a reduced
+    # dim of <= 128 steps (the row kernel's single pass reads it once)
+    assert mod.columns_default(10, 7, 130, 4, 4) is None
+    assert mod.columns_default(10, 100, 128, 4, 4) is None
     y = rand(2, 6, 5, 7)
     assert_close((mod.launch(y),), _ref64(rmsnorm_channels, (y,)), F32)
 
@@ -138,7 +140,10 @@ def test_search_offers_columns_for_36_rmsnorm_not_for_trailing_dims() -> None:
     real = (torch.empty(112, 64, 512, 512, device="meta"),)  # the file's own sizes, fp32
     space = op.variant_space(h100, real)
     cols = [c for c in space if c["strategy"] == "columns"]
-    assert cols and space[0]["strategy"] == "columns"  # offered, and the default
+    # offered, but the default is the row kernel's single pass over 64 positions x the 64
+    # channels (94.7% of copy on the H100 against the best column config's 78%)
+    assert cols and space[0] == {"strategy": "single_pass", "ROWS": 64, "BLOCK_N": 64,
+                                 "num_warps": 8, "num_stages": 1, "dtype": "fp32"}
     assert any(c["strategy"] == "looped" or c["strategy"] == "single_pass" for c in space)
     for c in cols:
         assert c["BLOCK_I"] <= 512 and c["BLOCK_R"] <= 64
@@ -174,9 +179,12 @@ def test_column_kernel_cross_compiles_with_vector_loads_and_no_spills(
     hw = hwmodels.get(device)
     real = (torch.empty(shape, dtype=dtype, device="meta"),)
     space = [c for c in op.variant_space(hw, real) if c["strategy"] == "columns"]
-    # the default and the widest tile offered
-    for cfg in (op.default_config(hw, real), max(space, key=lambda c: c["BLOCK_I"] * c["BLOCK_R"])):
-        assert cfg["strategy"] == "columns"
+    # the default (where it is a column config: 36's 64 channels take the row kernel) and the
+    # widest tile offered
+    default = op.default_config(hw, real)
+    assert (default["strategy"] == "columns") == (shape[1] > 128)
+    widest = max(space, key=lambda c: c["BLOCK_I"] * c["BLOCK_R"])
+    for cfg in [c for c in (default,) if c["strategy"] == "columns"] + [widest]:
         (ref,) = op.kernel_refs(real, cfg, source_path=str(path))
         rep = targets.for_device(hw).compile(ref, LaunchConfig(cfg["num_warps"], 1), hw)
         assert rep.fits, rep.reasons
