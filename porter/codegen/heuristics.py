@@ -142,24 +142,29 @@ def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     return {"strategy": "flat", "BLOCK": block, "num_warps": warps, "num_stages": 1}
 
 
-# Threads of a scan kernel: at 1024 threads a thread may hold 64 registers (65536 per SM), and
-# Triton's scan (sm_90, Triton 3.9 cross-compile) spilled there even at 16 values per thread;
-# at 512 threads (128 registers) it did not at 32.
+# Threads of a scan kernel: at 1024 a thread may hold 64 registers (65536 per SM), and the
+# generated scans spilled there at 32 values per thread (sm_90, Triton 3.9 cross-compiles); at
+# 512 (128 registers) they did not.
 SCAN_MAX_THREADS = 512
-# The longest row a scan kernel holds in one block: 512 threads x 32 fp32 values (78 registers
-# on sm_90); a 32768-wide block spilled at every warp count.
+# The longest row a scan kernel holds in one block: 512 threads x 32 values. A 32768-wide block
+# took 109-128 registers at 16 warps where no lane is masked (the reversed scan spilled 16 B),
+# and spilled 128-408 B at width 32767.
 SCAN_ONE_BLOCK = 16384
 
 
 def scan_default(n_rows, n_cols, elem_bytes, warp_size=32, max_threads=1024):
-    """Config for a scan kernel (porter/codegen/generation/scan.py): the whole row in one block
-    up to SCAN_ONE_BLOCK columns, packing short rows so a program covers ~1024 elements, with
-    ~16 values per thread (32 past 4096 columns); longer rows in a loop over 4096-column chunks
-    at 16 values per thread, carrying the running total. Values are held in fp32 whatever the
-    I/O dtype, so elem_bytes does not change the tile."""
+    """Config for a scan kernel (porter/codegen/generation/scan.py), values held in fp32
+    whatever the I/O dtype (elem_bytes does not change the tile).
+
+    The whole row in one block, short rows packed so a program covers ~1024 elements, at 16
+    values per thread up to 4096 columns, and at 32 for a row of exactly 8192 or 16384 (no
+    lane masked: masked, unvectorized lanes took ~7 registers a value, unmasked ones ~2, sm_90
+    cross-compiles); every other row in a loop over 4096-column chunks at 16 values per
+    thread, carrying the running total (113-128 registers at width 32767, 61-70 at 32768).
+    """
     block_n = _next_pow2(max(n_cols, 1))
     max_warps = max(1, min(max_threads, SCAN_MAX_THREADS) // warp_size)
-    if block_n <= SCAN_ONE_BLOCK:
+    if block_n <= 4096 or (n_cols == block_n and block_n <= SCAN_ONE_BLOCK):
         rows = max(1, min(_next_pow2(max(1, 1024 // block_n)), 128, _next_pow2(max(n_rows, 1))))
         per_thread = 16 if block_n <= 4096 else 32
         warps = max(1, min(max_warps, rows * block_n // (per_thread * warp_size)))

@@ -238,12 +238,13 @@ def _reference() -> HardwareModel:
 
 def scan_space(hw: HardwareModel, n_rows: int, n_cols: int) -> list[dict[str, Any]]:
     """The scan configs worth trying on `hw`: one block (BLOCK_N the row's next power of two,
-    up to SCAN_ONE_BLOCK) with 1-128 rows, or chunks of 1024-8192 columns over one row; at most
-    SCAN_MAX_THREADS threads, at least one value per thread, and at most as many values per
-    thread as a register estimate allows (sm_90 cross-compiles of the looped sum kernel: 8
-    values per thread took 62-84 registers, 16 took 84-128, 32 took 173 and spilled at a
-    128-register cap): 8 per value and 48 besides, within the registers a thread may hold at
-    that block size."""
+    up to SCAN_ONE_BLOCK) over 1-128 rows, or chunks of 1024-8192 columns over one row; at most
+    SCAN_MAX_THREADS threads, 1 to 32 values per thread, and registers within what a thread may
+    hold at that size, estimated from sm_90 cross-compiles of the generated kernels (Triton
+    3.9; cumsum, cumprod, reversed, masked): ~2 registers a value where no lane is masked
+    (EVEN: 61-81 at 16 values, 109-128 at 64) and ~7 where lanes are masked and loads are not
+    vectorized (width 32767: 113-128 at 16 values, 127-208 at 32, 8 B spilled at 168; 56 B at
+    a 128-register cap), plus ~48."""
     warp = hw.warp_size
     threads_cap = min(int(hw.limits.max_threads_per_block.value), heuristics.SCAN_MAX_THREADS)
     regs = int(hw.limits.registers_per_unit.value)
@@ -257,12 +258,14 @@ def scan_space(hw: HardwareModel, n_rows: int, n_cols: int) -> list[dict[str, An
         for w in (1, 2, 4, 8, 16, 32):
             threads = w * warp
             per_thread = rows * block / threads
-            if threads > threads_cap or per_thread < 1:
+            if threads > threads_cap or not 1 <= per_thread <= 32:
                 continue
-            if 8 * per_thread + 48 > min(reg_cap, regs // threads):
+            cfg = {"strategy": strategy, "ROWS": rows, "BLOCK_N": block, "num_warps": w,
+                   "num_stages": 1}
+            per_value = 2 if heuristics.rowwise_full_blocks(strategy, n_rows, n_cols, cfg) else 7
+            if 48 + per_value * per_thread >= min(reg_cap, regs // threads):
                 continue
-            out.append({"strategy": strategy, "ROWS": rows, "BLOCK_N": block,
-                        "num_warps": w, "num_stages": 1})
+            out.append(cfg)
     return out
 
 
