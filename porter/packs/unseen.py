@@ -35,7 +35,8 @@ MARGIN_PER_OCTAVE = 0.10
 SAME_WIDTH_ROW_OCTAVES = 2
 # The generated modules' default rules (porter/codegen/heuristics.py), which their launchers call
 # with config=None; the loader calls them with the device's limits to derive a config.
-_DEFAULT_RULES = ("rowwise_default", "columns_default", "flat_default", "matmul_default")
+_DEFAULT_RULES = ("rowwise_default", "columns_default", "flat_default", "matmul_default",
+                  "scan_default")
 
 
 def row_width(bucket: str) -> int:
@@ -63,13 +64,14 @@ def derive_config(module: ModuleType, hw: Any,
     """The config a generated module's own default rule gives `inputs` on device `hw`.
 
     A generated launcher called with config=None sizes its config with the generator's rule
-    (`_DEFAULT_RULES`: rowwise_default, columns_default, flat_default or matmul_default from
-    porter/codegen/heuristics.py, embedded in the module) but with a 32-wide warp, 1024 threads,
-    an H100's SM count and no TMA, whatever the device. So the launcher is run once on meta
-    tensors of the inputs' shapes, strides and dtypes, with the rules swapped for stand-ins that
-    call them with `hw`'s warp width, thread limit, SM count and TMA, and stop the launch at the
-    first config one gives: the rule sees exactly the sizes the launcher derives from the inputs
-    (row count, reduced length, M/N/K), and the kernel form it picks is one this module has.
+    (`_DEFAULT_RULES`: rowwise_default, columns_default, flat_default, matmul_default or
+    scan_default from porter/codegen/heuristics.py, embedded in the module) but with a 32-wide
+    warp, 1024 threads, an H100's SM count and no TMA, whatever the device. So the launcher is
+    run once on meta tensors of the inputs' shapes, strides and dtypes, with the rules swapped
+    for stand-ins that call them with `hw`'s warp width, thread limit, SM count and TMA, and
+    stop the launch at the first config one gives: the rule sees exactly the sizes the launcher
+    derives from the inputs (row count, reduced length, M/N/K), and the kernel form it picks is
+    one this module has.
     The extras `porter.codegen.variants.default_config` adds for a device are added the same
     way: the looped lanes of a non-32-wide warp, fewer matmul stages where shared memory is
     smaller.

@@ -295,3 +295,17 @@ def test_kernelbench_scan_problem_passes_all_stages(body: str, tmp_path: Path) -
     report = harness_check(spec.problem(interpret=True), generated_candidate(module),
                            device="cpu", interpret=True, dtypes=spec.dtypes)
     assert report.passed, report.summary()
+
+
+def test_a_pack_derives_the_scan_config_for_an_unseen_device() -> None:
+    # the loader asks the module's own rule with the device's warp width (64 on the MI300X)
+    from porter.codegen import load_generated_module
+    from porter.packs.unseen import derive_config
+
+    op = generate(cumsum, _inputs(cumsum, 4, 40), name="unseen_scan")
+    module = load_generated_module(op.triton_module_source(), "unseen_scan", interpret=True)
+    config, how = derive_config(module, hwmodels.get("mi300x"),
+                                (torch.empty(64, 32768, device="meta"),))
+    assert how.startswith("scan_default with warp_size 64")
+    assert config == {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 4,
+                      "num_stages": 1}
