@@ -158,9 +158,10 @@ def scan_default(n_rows, n_cols, elem_bytes, warp_size=32, max_threads=1024):
 
     The whole row in one block, short rows packed so a program covers ~1024 elements, at 16
     values per thread up to 4096 columns, and at 32 for a row of exactly 8192 or 16384 (no
-    lane masked: masked, unvectorized lanes took ~7 registers a value, unmasked ones ~2, sm_90
-    cross-compiles); every other row in a loop over 4096-column chunks at 16 values per
-    thread, carrying the running total (113-128 registers at width 32767, 61-70 at 32768).
+    lane masked: 63-80 registers at 16384 in sm_90 cross-compiles; masked lanes load one
+    element at a time and take more); every other row in a loop over 4096-column chunks at 16
+    values per thread, carrying the running total (98-100 registers at width 32767, 54-63 at
+    32768).
     """
     block_n = _next_pow2(max(n_cols, 1))
     max_warps = max(1, min(max_threads, SCAN_MAX_THREADS) // warp_size)

@@ -5,9 +5,9 @@ per config (`templates/triton_scan.py.j2`).
     y[r, i] = x[r, 0] + x[r, 1] + ... + x[r, i]        (cumprod: the product)
 
 A program takes ROWS rows. `single_pass` holds each row in one [ROWS, BLOCK_N] block and scans
-it with `tl.cumsum` (cumprod: `tl.associative_scan` with a multiply); `looped` walks the row in
-BLOCK_N-wide chunks, scanning each and carrying the running total (product) from one chunk to
-the next. Values are held in fp32 whatever the I/O dtype (int64 for integer scans), and the
+it with `tl.cumsum` (or `tl.cumprod`, an associative scan with a multiply); `looped` walks the
+row in BLOCK_N-wide chunks, scanning each and carrying the running total (product) from one
+chunk to the next. Values are held in fp32 whatever the I/O dtype (int64 for integer scans), and the
 masked lanes of a partial block hold the identity (0 or 1).
 
 Reversed scans (`torch.cumsum(x.flip(d), d).flip(d)`) are never materialised: the kernel's
@@ -60,13 +60,12 @@ if TYPE_CHECKING:
     from hwmodels.model import HardwareModel
 
 IDENTITY = {"sum": 0, "prod": 1}
-# one chunk's scan, the carry's combine with it, and the chunk's total (`{x}` a [ROWS, BLOCK_N]
-# tile, `{rev}` the direction)
+# one chunk's scan (`{x}` a [ROWS, BLOCK_N] tile, `{rev}` the direction; tl.cumprod is
+# tl.associative_scan with a multiply, which the CPU interpreter runs as numpy's cumprod, not
+# element by element) and the carry's combine with it
 SCAN = {"sum": "tl.cumsum({x}, axis=1, reverse={rev})",
-        "prod": "tl.associative_scan({x}, 1, _scan_mul, reverse={rev})"}
+        "prod": "tl.cumprod({x}, axis=1, reverse={rev})"}
 WITH_CARRY = {"sum": "{s} + carry", "prod": "{s} * carry"}
-TOTAL = {"sum": "carry + tl.sum({x}, axis=1)[:, None]",
-         "prod": "carry * tl.reduce({x}, 1, _scan_mul)[:, None]"}
 
 
 # -- reading the graph --------------------------------------------------------------------------
@@ -182,7 +181,12 @@ def _body(rg: RowGen, sp: ScanPlan, looped: bool) -> list[str]:
     s = em.tmp(SCAN[kind].format(x=x, rev=sp.reverse), "scan")
     if looped:
         s = em.tmp(WITH_CARRY[kind].format(s=s), "scan")
-        em.emit("carry = " + TOTAL[kind].format(x=x))
+        # the next chunk's carry is this chunk's last scanned value (its first column when the
+        # row is scanned from its end), read out by a sum over one lane: the running value
+        # passes on exactly as stored
+        last = 0 if sp.reverse else "BLOCK_N - 1"
+        em.emit(f"carry = tl.sum(tl.where(tl.arange(0, BLOCK_N)[None, :] == {last}, {s}, 0), "
+                "axis=1)[:, None]")
     em.fixed[scan.id] = (at_scan, s)
     store_outputs(rg, em, ("full",))
     return em.lines
@@ -242,9 +246,9 @@ def scan_space(hw: HardwareModel, n_rows: int, n_cols: int) -> list[dict[str, An
     SCAN_MAX_THREADS threads, 1 to 32 values per thread, and registers within what a thread may
     hold at that size, estimated from sm_90 cross-compiles of the generated kernels (Triton
     3.9; cumsum, cumprod, reversed, masked): ~2 registers a value where no lane is masked
-    (EVEN: 61-81 at 16 values, 109-128 at 64) and ~7 where lanes are masked and loads are not
-    vectorized (width 32767: 113-128 at 16 values, 127-208 at 32, 8 B spilled at 168; 56 B at
-    a 128-register cap), plus ~48."""
+    (EVEN: 40-48 at 8 values, 54-80 at 16 and 32, 109-128 at 64 in one block, where the
+    reversed scan spilled) and ~5 where lanes are masked and loads are one element wide
+    (widths 16383 and 32767: 72-80 at 8 values, 95-106 at 16, 118-186 at 32), plus ~48."""
     warp = hw.warp_size
     threads_cap = min(int(hw.limits.max_threads_per_block.value), heuristics.SCAN_MAX_THREADS)
     regs = int(hw.limits.registers_per_unit.value)
@@ -262,7 +266,7 @@ def scan_space(hw: HardwareModel, n_rows: int, n_cols: int) -> list[dict[str, An
                 continue
             cfg = {"strategy": strategy, "ROWS": rows, "BLOCK_N": block, "num_warps": w,
                    "num_stages": 1}
-            per_value = 2 if heuristics.rowwise_full_blocks(strategy, n_rows, n_cols, cfg) else 7
+            per_value = 2 if heuristics.rowwise_full_blocks(strategy, n_rows, n_cols, cfg) else 5
             if 48 + per_value * per_thread >= min(reg_cap, regs // threads):
                 continue
             out.append(cfg)
