@@ -169,10 +169,10 @@ def _body(rg: RowGen, sp: ScanPlan, looped: bool) -> list[str]:
     em: Emitter = rg.emitter()
     em.indent = 2 if looped else 1
     scan, kind = sp.scan, sp.scan.attrs["kind"]
-    n = rg.args.size(sp.rows.space[sp.rows.dim])
     at = list(rg.full)
     if sp.reverse:
         # the output's position cols is the scan's n - 1 - cols (flip_coord unwraps it again)
+        n = rg.args.size(sp.rows.space[sp.rows.dim])
         at[sp.rows.dim] = Coord(f"({n} - 1 - cols)", True)
     at_scan = tuple(at)
     x = em.eval(scan.args[0], at_scan)
