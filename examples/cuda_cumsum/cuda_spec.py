@@ -1,9 +1,10 @@
 """Inclusive cumulative sum along the last dim, brought as an existing CUDA C++ kernel.
 
-No code-generation template covers cumsum; `porter port examples/cuda_cumsum/cuda_spec.py --agent
-claude` asks the model to port `kernel.cu` to Triton (NVIDIA, AMD) and to Metal (Apple), and the
-harness judges the result against `reference` below. (Named cuda_spec.py, not spec.py: the
-template-only tools, e.g. bench/port_budget.py, port every examples/*/spec.py.)
+`porter port examples/cuda_cumsum/cuda_spec.py --agent claude` asks the model to port `kernel.cu`
+to Triton (NVIDIA, AMD) and to Metal (Apple), and the harness judges the result against
+`reference` below (the offline porter's own scan template covers cumsum too, Triton only).
+(Named cuda_spec.py, not spec.py: the template-only tools, e.g. bench/port_budget.py, port every
+examples/*/spec.py.)
 """
 
 import torch

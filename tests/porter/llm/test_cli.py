@@ -24,7 +24,11 @@ def test_agent_without_a_key_says_so_and_runs_the_offline_porter(
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "PORTER_LLM_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    res = CliRunner().invoke(main, ["port", str(SPEC), "--agent", "claude", "--targets", "h100",
+    # a cumulative max: the fixture's cumsum is covered by the scan template, cummax is not
+    spec = tmp_path / "cummax_spec.py"
+    spec.write_text(SPEC.read_text().replace('"cumsum_t"', '"cummax_t"').replace(
+        "torch.cumsum(x, dim=-1)", "torch.cummax(x, dim=-1).values"))
+    res = CliRunner().invoke(main, ["port", str(spec), "--agent", "claude", "--targets", "h100",
                                     "--out", str(tmp_path / "packs"),
                                     "--run-dir", str(tmp_path / "run")])
     notes = [line for line in res.output.splitlines() if "ANTHROPIC_API_KEY" in line]
