@@ -19,16 +19,22 @@ from tests.porter.llm.helpers import write
 from tests.porter.llm.stub_server import StubServer
 
 
+def _uncovered_spec(tmp_path: Path) -> Path:
+    """The fixture spec as a cumulative max, which no template covers (its cumsum is covered by
+    the scan template)."""
+    spec = tmp_path / "cummax_spec.py"
+    spec.write_text(SPEC.read_text().replace('"cumsum_t"', '"cummax_t"').replace(
+        "torch.cumsum(x, dim=-1)", "torch.cummax(x, dim=-1).values"))
+    return spec
+
+
 def test_agent_without_a_key_says_so_and_runs_the_offline_porter(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     for var in ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "PORTER_LLM_BASE_URL"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.chdir(tmp_path)
-    # a cumulative max: the fixture's cumsum is covered by the scan template, cummax is not
-    spec = tmp_path / "cummax_spec.py"
-    spec.write_text(SPEC.read_text().replace('"cumsum_t"', '"cummax_t"').replace(
-        "torch.cumsum(x, dim=-1)", "torch.cummax(x, dim=-1).values"))
-    res = CliRunner().invoke(main, ["port", str(spec), "--agent", "claude", "--targets", "h100",
+    res = CliRunner().invoke(main, ["port", str(_uncovered_spec(tmp_path)), "--agent", "claude",
+                                    "--targets", "h100",
                                     "--out", str(tmp_path / "packs"),
                                     "--run-dir", str(tmp_path / "run")])
     notes = [line for line in res.output.splitlines() if "ANTHROPIC_API_KEY" in line]
@@ -81,8 +87,9 @@ def test_replay_of_a_folder_that_is_no_agent_run_is_one_line(tmp_path: Path) -> 
 
 
 def test_an_uncovered_op_offline_points_to_the_agent(tmp_path: Path) -> None:
-    res = CliRunner().invoke(main, ["port", str(SPEC), "--targets", "h100", "--out",
-                                    str(tmp_path / "packs"), "--run-dir", str(tmp_path / "r")])
+    res = CliRunner().invoke(main, ["port", str(_uncovered_spec(tmp_path)), "--targets", "h100",
+                                    "--out", str(tmp_path / "packs"), "--run-dir",
+                                    str(tmp_path / "r")])
     assert res.exit_code == 2
     assert "no code-generation template covers" in res.output
     assert "--agent claude asks Claude to write it (docs/LLM.md)" in res.output
