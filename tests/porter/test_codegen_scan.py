@@ -310,3 +310,18 @@ def test_a_pack_derives_the_scan_config_for_an_unseen_device() -> None:
     assert how.startswith("scan_default with warp_size 64")
     assert config == {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096, "num_warps": 4,
                       "num_stages": 1}
+
+
+def test_a_flip_is_index_arithmetic_in_the_other_families_too() -> None:
+    def flipped_softmax(x, w):
+        return torch.softmax(x.flip(1) * w, dim=1)
+
+    def flipped_both(x):
+        return x.flip(0, 1) * 2
+
+    x, w = rand(5, 37), rand(37, seed=1)
+    for fn, inputs, family in ((flipped_softmax, (x, w), "rowwise"),
+                               (flipped_both, (x,), "elementwise")):
+        op, got = run_generated(fn, inputs, f"flip_{fn.__name__}")
+        assert op.family == family
+        assert_close(got, _ref64(fn, inputs), FP32)
