@@ -189,7 +189,7 @@ def test_width_3000_bf16_column_kernel_loads_vectors_with_align_only(tmp_path: P
     targets = pytest.importorskip("targets")
     from targets.base import LaunchConfig
 
-    ex = (rand(2, 64, 3000, dtype=BF16),)
+    ex = (rand(2, 160, 3000, dtype=BF16),)  # > 128 channels: the column kernel
     op = generate(rmsnorm_channels, ex, name="rms_al_cols_ptx")
     path = tmp_path / "mod.py"
     path.write_text(op.triton_module_source())
