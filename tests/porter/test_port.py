@@ -204,11 +204,18 @@ def test_a_candidate_far_slower_than_the_fastest_or_eager_is_not_timed(
                               detail=lambda line: None,
                               problem=SimpleNamespace(reference="eager"))
     ms = {"fast": 10.0, "slow": 81.0, "edge": 80.0, "eager": 12.0}
-    monkeypatch.setattr(device, "one_call_ms", lambda fn, args, calls=1: ms[fn])
+    asked: list[int] = []
+
+    def one_call_ms(fn: str, args: tuple, calls: int = 1) -> float:
+        asked.append(calls)
+        return ms[fn]
+
+    monkeypatch.setattr(device, "one_call_ms", one_call_ms)
     passing = [(pending(b), name) for b, name in ((1024, "fast"), (2048, "slow"), (4096, "edge"))]
     kept = device.drop_slow(session, hwmodels.get("h100"), "896x2097152", "fp32", (896, 2097152),
                             passing, ())
     assert [name for _, name in kept] == ["fast", "edge"]
+    assert asked == [2, 2, 2, 2]  # every time the faster of two calls: a first call can compile
     entry = Ledger(tmp_path / "ledger.jsonl").get(passing[1][0].key)
     assert entry is not None and entry.verdict == "rejected"
     assert "one call took 81 ms, over 8x" in entry.reason and "(10 ms)" in entry.reason
