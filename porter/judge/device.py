@@ -1,5 +1,6 @@
-"""The measured tier on the local GPU: each candidate checked at its bucket's shape and timed side
-by side, the fastest through every stage of the judge, the kept one timed beside eager PyTorch
+"""The measured tier on the local GPU: each candidate checked at its bucket's shape, those far
+slower than the fastest or eager dropped (`drop_slow`), the rest timed side by side, the fastest
+through every stage of the judge, the kept one timed beside eager PyTorch
 and held to the speed of light. A candidate whose device runs pass their deadline is taken to
 be hung: the ledger records it rejected and the process ends (a CUDA kernel cannot be stopped
 from the host), so the same command resumes without it."""
