@@ -20,6 +20,11 @@ from porter.codegen import UnsupportedOpError  # noqa: E402
 from porter.codegen import generate  # noqa: E402
 from porter.codegen import heuristics  # noqa: E402
 from porter.codegen.checks import torch_math_calls  # noqa: E402
+from tests.porter.scan_ops import cumprod  # noqa: E402
+from tests.porter.scan_ops import cumsum  # noqa: E402
+from tests.porter.scan_ops import cumsum_exclusive  # noqa: E402
+from tests.porter.scan_ops import cumsum_reverse  # noqa: E402
+from tests.porter.scan_ops import masked_cumsum  # noqa: E402
 from tests.porter.test_codegen import _ref64  # noqa: E402
 from tests.porter.test_codegen import assert_close  # noqa: E402
 from tests.porter.test_codegen import rand  # noqa: E402
@@ -28,33 +33,12 @@ from tests.porter.test_codegen import run_generated  # noqa: E402
 FP32, BF16 = torch.float32, torch.bfloat16
 
 
-def cumsum(x):
-    return torch.cumsum(x, dim=1)
-
-
-def cumprod(x):
-    return torch.cumprod(x, dim=1)
-
-
-def cumsum_reverse(x):
-    return torch.cumsum(x.flip(1), dim=1).flip(1)
-
-
 def cumsum_flip_before(x):
     return torch.cumsum(x.flip(1), dim=1)
 
 
 def cumsum_flip_after(x):
     return torch.cumsum(x, dim=1).flip(1)
-
-
-def cumsum_exclusive(x):
-    c = torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)
-    return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), c), dim=1)
-
-
-def masked_cumsum(x, mask):
-    return torch.cumsum(x * mask, dim=1)
 
 
 def cumsum_epilogue(x, b):

@@ -17,6 +17,11 @@ import hwmodels
 from bench.configs import max_rel_err
 from porter.codegen import generate
 from porter.codegen import load_generated_module
+from tests.porter.scan_ops import cumprod
+from tests.porter.scan_ops import cumsum
+from tests.porter.scan_ops import cumsum_exclusive
+from tests.porter.scan_ops import cumsum_reverse
+from tests.porter.scan_ops import masked_cumsum
 
 pytestmark = pytest.mark.gpu
 
@@ -25,27 +30,6 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2}  # max|err| / max|ref|
 # interpreter's sequential fp32 cumprod (300 ulp); the GPU's scan tree rounds fewer times in a row
 PROD_TOL = 1e-4
 ROWS = 256
-
-
-def cumsum(x):
-    return torch.cumsum(x, dim=1)
-
-
-def cumprod(x):
-    return torch.cumprod(x, dim=1)
-
-
-def cumsum_reverse(x):
-    return torch.cumsum(x.flip(1), dim=1).flip(1)
-
-
-def cumsum_exclusive(x):
-    c = torch.cumsum(x.narrow(dim=1, start=0, length=x.size(1) - 1), dim=1)
-    return torch.cat((torch.zeros_like(x.select(1, 0).unsqueeze(1)), c), dim=1)
-
-
-def masked_cumsum(x, mask):
-    return torch.cumsum(x * mask, dim=1)
 
 
 def _inputs(fn, cols: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
