@@ -88,9 +88,9 @@ def drop_slow(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
               shape: tuple[int, ...], passing: list[tuple[Pending, Any]],
               args: tuple[Any, ...]) -> list[tuple[Pending, Any]]:
     """`passing` without the candidates whose one call takes over SLOW_FACTOR times the
-    fastest candidate's or eager's, each the faster of two calls (the first can compile: the
-    smoke check's call passed an `out`, and cross-entropy's first calls here took 200-870 ms
-    against ~0.1 ms warm); each dropped one gets a verdict that says so."""
+    fastest candidate's or eager's, each the faster of two calls (a first call here can still
+    compile: cross-entropy's took 200-870 ms against ~0.1 ms warm on the H100); each dropped
+    one gets a verdict that says so."""
     times = [one_call_ms(cand, args, calls=2) for _, cand in passing]
     eager = one_call_ms(session.problem.reference, args, calls=2)
     floor = min(*times, eager)
