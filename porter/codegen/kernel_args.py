@@ -46,7 +46,8 @@ class KernelArgs:
     symbols: dict[sympy.Symbol, tuple[int, int]]
     params: list[str] = field(default_factory=list)  # kernel parameter names
     launch_exprs: list[str] = field(default_factory=list)  # python expressions in the launcher
-    kinds: list[str] = field(default_factory=list)  # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32"
+    # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32", "cstride:..." and "cflat:..." (constexprs)
+    kinds: list[str] = field(default_factory=list)
     _sizes: dict[Any, str] = field(default_factory=dict)
 
     def add(self, name: str, launch: str, kind: str) -> str:
@@ -76,6 +77,13 @@ class KernelArgs:
             return self.add(f"in{k}_cs{d}", f"inputs[{k}].stride({d})", f"cstride:in{k}:{d}")
         return self.add(f"in{k}_s{d}", f"inputs[{k}].stride({d})", "i64")
 
+    def input_flat(self, k: int) -> str:
+        """A constexpr: whether input k is contiguous (`Emitter.flat_terms` then applies)."""
+        return self.add(f"in{k}_flat", f"inputs[{k}].is_contiguous()", f"cflat:in{k}")
+
+    def output_flat(self, j: int) -> str:
+        return self.add(f"out{j}_flat", f"outs[{j}].is_contiguous()", f"cflat:out{j}")
+
     def output_ptr(self, j: int) -> str:
         return self.add(f"out{j}_ptr", f"outs[{j}]", f"ptr:out{j}")
 
@@ -86,5 +94,5 @@ class KernelArgs:
 
     def declared(self) -> list[str]:
         """Parameter declarations for a kernel signature (constexpr strides annotated)."""
-        return [f"{p}: tl.constexpr" if k.startswith("cstride") else p
+        return [f"{p}: tl.constexpr" if k.startswith(("cstride", "cflat")) else p
                 for p, k in zip(self.params, self.kinds, strict=True)]

@@ -38,7 +38,8 @@ class KernelInfo:
     params: runtime parameter names in order; kinds: "ptr:in<k>"/"ptr:out<j>", "ptr:words" and
     "stamp" (a fold's words and the call's stamp), "ptr:ws" and "ptr:cnt" (a split row's fp32
     workspace, split_coop's int32 counters), "i64", "i32", "cstride:<in k|out j>:<dim>"
-    (a unit-stride constexpr), and for the TMA matmul
+    (a unit-stride constexpr), "cflat:<in k|out j>" (a constexpr: whether it is contiguous),
+    and for the TMA matmul
     "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
     its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
@@ -237,6 +238,10 @@ class GeneratedOp:
                     else:
                         shape = specs[int(who[3:])][0]
                         consts[p] = int(math.prod(shape[int(d) + 1:]))
+                elif kind.startswith("cflat:"):  # outputs are allocated contiguous
+                    who = kind.split(":")[1]
+                    consts[p] = (bool(inputs[int(who[2:])].is_contiguous())
+                                 if who.startswith("in") else True)
                 elif kind.startswith("ctma:"):
                     _, who, r, c = kind.split(":")
                     consts[p] = _tma_operand(inputs[int(who[2:])], int(r), int(c))

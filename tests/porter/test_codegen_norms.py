@@ -13,7 +13,9 @@ import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from porter.codegen import generate  # noqa: E402
+from porter.codegen import load_generated_module  # noqa: E402
 from porter.codegen.errors import UnsupportedOpError  # noqa: E402
+from tests.porter.test_codegen import assert_close  # noqa: E402
 from tests.porter.test_codegen import check  # noqa: E402
 from tests.porter.test_codegen import rand  # noqa: E402
 
@@ -74,3 +76,34 @@ def test_training_batch_norm_over_a_batch_says_why() -> None:
                          ids=["repeat-leading-dim", "repeat-then-softmax"])
 def test_repeat_is_coordinates(fn) -> None:
     check(fn, (rand(3, 5),), "repeat", F32)
+
+
+def _channels_last(x: torch.Tensor) -> torch.Tensor:
+    """The same values stored channels-last: not contiguous."""
+    return x.permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("contiguous", [True, False], ids=["contiguous", "channels-last"])
+@pytest.mark.parametrize("config", [
+    None,
+    {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16, "num_warps": 1},
+    {"strategy": "split_row", "ROWS": 1, "BLOCK_N": 16, "SPLIT": 4, "num_warps": 1},
+], ids=["default", "looped", "split_row"])
+def test_group_norm_rows_address_contiguous_tensors_without_divisions(contiguous, config) -> None:
+    # GroupNorm's rows are (sample, group) of C/G * H * W elements: a reshape no trailing merge
+    # expresses, addressed through the linear index. Where x (or out) is contiguous the address
+    # is that index itself (a constexpr branch); else the division path, which must stay right.
+    x = rand(2, 6, 5, 7)
+    x = x if contiguous else _channels_last(x)
+    ex = (x, rand(6, seed=1), rand(6, seed=2))
+    op = generate(group_norm, ex, name="gn_flat")
+    src = op.triton_module_source()
+    assert "in0_flat: tl.constexpr" in src and "if in0_flat else" in src
+    assert "out0_flat: tl.constexpr" in src and "if out0_flat else" in src
+    mod = load_generated_module(src, "gn_flat", interpret=True)
+    out = torch.full(x.shape, float("nan"))
+    out = out if contiguous else _channels_last(out)
+    assert x.is_contiguous() == out.is_contiguous() == contiguous
+    got = mod.launch(*ex, out=out, config=config)
+    assert got is out
+    assert_close((got,), (group_norm(*(t.double() for t in ex)),), F32)

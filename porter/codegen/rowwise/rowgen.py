@@ -109,13 +109,17 @@ def store_outputs(rg: RowGen, em: Emitter, kinds: tuple[str, ...],
         terms = [f"({c.expr} * {args.output_stride(j, d, c.col or c.unit)})"
                  for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
                  if s != 1 and c.expr != "0"]
+        addr = " + ".join([ptr] + terms)
+        flat = em.flat_terms(coords, o.shape, lambda d, c, j=j: args.output_stride(
+            j, d, c.col or c.unit))
+        if flat is not None:
+            addr = f"({' + '.join([ptr] + flat)}) if {args.output_flat(j)} else ({addr})"
         mask = em.full_mask if kind == "full" else "row_mask"
         if kind == "full" and not any(c.col for c in coords if c.expr != "0"):
             mask = "row_mask"
         if val[0].isdigit() or val.startswith(("float", "-")):
             val = f"tl.full([ROWS, 1], {val}, tl.float32)"
-        em.emit(f"tl.store({' + '.join([ptr] + terms)}, "
-                f"({val}).to({ptr}.dtype.element_ty), mask={mask})")
+        em.emit(f"tl.store({addr}, ({val}).to({ptr}.dtype.element_ty), mask={mask})")
 
 
 def store_post_inputs(rg: RowGen, em: Emitter) -> None:
