@@ -20,6 +20,7 @@ when the target runs past its time budget (`porter.budget`).
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -53,8 +54,26 @@ if TYPE_CHECKING:
 MAX_FIXES_PER_TARGET = 4
 
 
+@dataclass(frozen=True)
+class OwnOp:
+    """The op generated again from the reference traced at one bucket's own sizes, where the
+    run's op has a size pinned that the bucket does not have (KernelBench 62: a model looked up
+    by input shape pins x's dims at every size). It serves that shape only."""
+
+    op: Any
+    shape: tuple[int, ...]
+
+
 def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     """Port `session`'s op to one target with `team`; returns the kept kernel per unit."""
+    run_op = session.gen_op
+    try:
+        return _run_target(session, team, name)
+    finally:  # a bucket's own op never outlives its unit
+        session.gen_op, session.own_shape = run_op, None
+
+
+def _run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     import torch
 
     import hwmodels
@@ -98,13 +117,23 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     units: list[tuple[tuple[int, ...], Any, str, str]] = []
     seen: dict[tuple[str, str], tuple[int, ...]] = {}
     pinned: dict[str, str] = {}  # bucket -> why the generated kernel cannot serve its shape
+    own: dict[str, OwnOp] = {}  # bucket -> its op traced at its own sizes (a pinned bucket)
+    run_op = session.gen_op
     for shape in shapes:
         meta = session.problem.make_inputs(shape, pairs[0][1], torch.device("meta"),
                                            torch.Generator().manual_seed(0))
         first = next((t for t in meta if isinstance(t, torch.Tensor)), None)
         bucket = shape_bucket(first.shape if first is not None else shape)
-        if (why := pinned_size(session.gen_op, meta)) is not None:
-            pinned[bucket] = why
+        fresh = bucket not in own and bucket not in pinned  # its first shape is its unit's
+        if fresh and (why := pinned_size(run_op, meta)) is not None:
+            op, why_not = traced_at(session, meta)
+            if op is None:
+                pinned[bucket] = f"{why}; traced at this shape instead: {why_not}"
+            else:
+                own[bucket] = OwnOp(op, tuple(shape))
+                notes.append(f"{bucket}: {why}; its op was generated again from the reference "
+                             "traced at this shape, which it alone serves: checked and timed "
+                             "on the device only")
         for dtype in [d for s, d in pairs if s == shape]:
             dname = dtype_name(dtype)
             if (bucket, dname) in seen:
@@ -121,7 +150,11 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
             plan=plan.for_shape(shape, dname), max_variants=session.max_variants,
             winners=winners))
 
-    found = {(b, d): search(s, d, b) for s, _, d, b in units}
+    found: dict[tuple[str, str], art.UnitCandidates] = {}
+    for s, _, d, b in units:
+        _use_op(ctx, run_op, own.get(b))
+        found[(b, d)] = search(s, d, b)
+    _use_op(ctx, run_op, None)
     n_cands = sum(len([c for c in u.candidates if c.origin != "existing"]) for u in found.values())
     n_valid = n_cands + sum(u.capped for u in found.values())
     save_artifact(ctx, team.search, art.Candidates(hw.name, tuple(found.values())).write(
@@ -144,6 +177,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
     started = time.perf_counter()
     session.judged_in_target = 0
     for index, (shape, _dtype, dname, bucket) in enumerate(units, 1):
+        _use_op(ctx, run_op, own.get(bucket))
         unit = found[(bucket, dname)]
         if ctx.measured_here and winners:
             unit = found[(bucket, dname)] = search(shape, dname, bucket, tuple(winners))
@@ -202,6 +236,7 @@ def run_target(session: PortSession, team: Team, name: str) -> TargetResult:
         again = f"; {session.already_judged} already judged" if session.already_judged else ""
         say(f"[{hw.name}] {index}/{len(units)} {bucket}/{dname}, {len(cands)} candidates{again}: "
             f"{outcome} ({elapsed:.0f} s, ~{left:.0f} s left)")
+    _use_op(ctx, run_op, None)
 
     write_target_artifacts(ctx, team, choices, written, diagnoses, fixed, profiles)
     session.ledger.write_csv(session.run_dir / art.BENCH_RESULTS)
@@ -229,6 +264,27 @@ def pinned_size(gen_op: Any, inputs: tuple[Any, ...]) -> str | None:
                         f"at {int(size)} (the trace specialized it); this shape has "
                         f"{int(t.shape[d])}")
     return None
+
+
+def traced_at(session: PortSession, inputs: tuple[Any, ...]) -> tuple[Any, str]:
+    """(op, "") generated from the reference traced at `inputs`' sizes (meta tensors: the
+    trace allocates nothing), or (None, why not): the trace failed, or pinned a size still."""
+    from porter.port import generate_op  # the seam tests replace
+
+    try:
+        op = generate_op(session.spec.reference, tuple(inputs), session.spec.name)
+    except Exception as exc:  # noqa: BLE001 - UnsupportedOpError, or the reference on meta
+        return None, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    if (why := pinned_size(op, inputs)) is not None:
+        return None, why
+    return op, ""
+
+
+def _use_op(ctx: TargetContext, run_op: Any, own: OwnOp | None) -> None:
+    """The op the roles and the judge work with for the next unit: the run's, or the bucket's
+    own (the judge then checks it at that shape only: `PortSession.own_shape`)."""
+    ctx.gen_op = ctx.session.gen_op = run_op if own is None else own.op
+    ctx.session.own_shape = None if own is None else own.shape
 
 
 def _details(session: PortSession, row: art.BenchRow) -> dict[str, Any]:

@@ -101,6 +101,10 @@ class PortSession:
         self.checks_spent = len({e.details["check"]["key"] for e in self.ledger
                                  if spent_check(e.details.get("check"))})
         self._modules: dict[tuple[str, bool], Any] = {}
+        # per unit, set by the loop: the shape the unit's op was traced at when it is not the
+        # run's (a bucket whose size the run's trace pinned); that op serves this shape only,
+        # so the judge checks it there only, and on the device only
+        self.own_shape: tuple[int, ...] | None = None
         # per target, reset by the loop
         self.judged_in_target = 0
         self.already_judged = 0

@@ -136,6 +136,11 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
         return lambda: hung(session, hw, bucket, dname, shape, p, what, limit)
 
     at_shape = dataclasses.replace(session.problem, smoke_shape=tuple(shape))
+    # every stage at the bucket's shape, where the unit's op was traced there and serves only it
+    full = session.problem if session.own_shape is None else dataclasses.replace(
+        at_shape, sweep_shapes=(tuple(shape),), odd_shapes=(tuple(shape),))
+    only = "" if session.own_shape is None else (
+        f" (at {tuple(shape)} only: its op was traced there)")
     passing: list[tuple[Pending, Any]] = []
     for p in pending:
         module = session.module(p.source, interpret=False)
@@ -204,13 +209,13 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
         if ckey not in session.checks:
             try:
                 with deadline(limit, on_hang(p, "its check at the judge's shapes")):
-                    report = check(session.problem, cand, device="cuda", interpret=False, hw=hw,
+                    report = check(full, cand, device="cuda", interpret=False, hw=hw,
                                    dtypes=[dtype])
             except ValueError as exc:
                 # harness.check's ProblemError (a ValueError): the spec's own code failed
                 raise PortError(f"{session.spec.path}: the spec's own code failed while its "
                                 f"kernel was judged on the device: {exc}") from exc
-            msg = ("passed all stages on the device" if report.passed else
+            msg = (f"passed all stages on the device{only}" if report.passed else
                    f"{report.failed.name}: {report.failed.message}" if report.failed
                    else "failed")
             session.checks[ckey] = (report.passed, msg, report.tolerances)
