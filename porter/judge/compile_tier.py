@@ -104,7 +104,8 @@ def compile_candidate(session: PortSession, hw: HardwareModel, backend: TargetBa
         coop = rep.occupancy and long_rows.coop_misfit(cand.config, rep.occupancy.blocks_per_unit)
         if coop:
             return False, details, f"{kref.name}: {coop}"
-    if caps.compiles_here and not is_existing(cand):
+    # (an op traced at its bucket's own shape runs only there: no other judge shape to fit)
+    if caps.compiles_here and not is_existing(cand) and session.own_shape is None:
         limit = int(hw.limits.shared_memory_per_block_bytes.value)
         if any(k.get("smem_bytes", 0) > NEAR_SMEM_LIMIT * limit for k in details["kernels"]):
             why = misfit_at_judge_shapes(session, hw, backend, cand, shape, dtype, refs)
