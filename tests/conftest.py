@@ -42,10 +42,15 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
 
 @pytest.fixture(autouse=True)
-def _restore_triton_env() -> Iterator[None]:
+def _restore_triton_env(request: pytest.FixtureRequest) -> Iterator[None]:
     """Undo any test's change to the TRITON_* variables (e.g. a CLI command run in-process that
-    switches the interpreter off), so later tests in the same worker see the session's setting."""
+    switches the interpreter off), so later tests in the same worker see the session's setting.
+    A GPU test runs with the interpreter off: the interpreter tests' modules set
+    TRITON_INTERPRET=1 when imported, and in one `pytest -m gpu tests` process a GPU test's
+    kernels were then loaded interpreted and failed ("InterpreterBuilder has no grid_idx")."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("TRITON_")}
+    if request.node.get_closest_marker("gpu") is not None:
+        os.environ.pop("TRITON_INTERPRET", None)
     yield
     for k in [k for k in os.environ if k.startswith("TRITON_")]:
         if k not in saved:
