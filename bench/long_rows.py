@@ -63,6 +63,10 @@ def rmsnorm(x, w):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
+def group_norm(x, w, b):
+    return F.group_norm(x, 8, w, b, 1e-5)  # KernelBench 35: rows of C/8 channels x H x W
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -71,20 +75,23 @@ class Case:
     dtype: torch.dtype
     weights: int = 0  # trailing-dim tensors after x (layernorm: w, b; rmsnorm: w)
     norm_dims: int = 1  # trailing dims the weights cover
+    channels: bool = False  # the weights cover dim 1 instead (group norm's per channel)
+    small_shape: tuple[int, ...] | None = None  # the example's, where the default does not fit
 
     def inputs(self, device: Any, seed: int = 0) -> tuple[torch.Tensor, ...]:
         gen = torch.Generator(device=device).manual_seed(seed)
         x = torch.randn(self.shape, generator=gen, device=device, dtype=self.dtype)
-        ws = [torch.randn(self.shape[-self.norm_dims:], generator=gen, device=device,
-                          dtype=self.dtype) for _ in range(self.weights)]
+        w_shape = self.shape[1:2] if self.channels else self.shape[-self.norm_dims:]
+        ws = [torch.randn(w_shape, generator=gen, device=device, dtype=self.dtype)
+              for _ in range(self.weights)]
         return (x, *ws)
 
     def small(self) -> tuple[torch.Tensor, ...]:
         """Example inputs of the same rank and dtype, to generate the module from."""
-        shape = tuple(min(s, 4) for s in self.shape[:-self.norm_dims]) + \
-            tuple(min(s, 8) for s in self.shape[-self.norm_dims:])
-        return Case(self.name, self.fn, shape, self.dtype, self.weights,
-                    self.norm_dims).inputs("cpu")
+        shape = self.small_shape or (tuple(min(s, 4) for s in self.shape[:-self.norm_dims])
+                                     + tuple(min(s, 8) for s in self.shape[-self.norm_dims:]))
+        return Case(self.name, self.fn, shape, self.dtype, self.weights, self.norm_dims,
+                    self.channels).inputs("cpu")
 
 
 def _cases() -> list[Case]:
@@ -95,6 +102,8 @@ def _cases() -> list[Case]:
             for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
                 out.append(Case(f"{fn.__name__}_4096x{width}_{tag}", fn, (4096, width), dt))
     out.append(Case("rmsnorm_16x4194304_fp32", rmsnorm, (16, 4194304), torch.float32, 1, 1))
+    out.append(Case("gn8_112x64x512x512_fp32", group_norm, (112, 64, 512, 512), torch.float32, 2,
+                    channels=True, small_shape=(2, 16, 4, 8)))
     return out
 
 
