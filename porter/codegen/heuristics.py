@@ -257,6 +257,66 @@ def b_kmajor_copy(m, stride_bk):
     return stride_bk != 1 and m >= 1024
 
 
+def swap_ab(m, stride_ak, stride_bk):
+    """Whether a tf32x3 matmul computes its tiles as C^T = B^T A^T (the launcher's rule where
+    the config names no SWAP_AB and does not ask for B_KMAJOR): with A K-contiguous
+    (`stride_ak` 1) and B row-major (`stride_bk` != 1), the operand in B's place of the dot is
+    then A^T, which is K-major, and no copy of B is made (the tensor cores take 32-bit operands
+    K-major only).
+
+    B^T, in A's place, is still reordered: in sm_90 cross-compiles (Triton 3.9, 64x64x32 and
+    128x128x32 tiles) its tile went to shared memory by 4-byte cp.async (4 per 16-byte one of
+    the unswapped kernel), where unswapped it goes through registers and 4-byte shared stores.
+    Not yet measured against either (`b_kmajor_copy`'s copy ran 1.7-1.8x cuBLAS at 4096^3), so
+    the rule takes it only where the copy does not pay (M < 1024: KernelBench's 6, 256 rows);
+    bench/matmul_knobs.py measures all three.
+    """
+    return stride_ak == 1 and stride_bk != 1 and not b_kmajor_copy(m, stride_bk)
+
+
+def pad_k(m, n, k, a_strides, b_strides):
+    """Whether a tf32x3 matmul first copies A and B into zero-padded K-major scratches of
+    K rounded up to BLOCK_K (the launcher's rule where the config names no PAD_K), so that its
+    K loop runs unmasked (EVEN_K) over 16-byte aligned rows.
+
+    `a_strides` / `b_strides`: (row, col) strides of A [M, K] and B [K, N]. Where K is not a
+    multiple of 16 (the JIT cannot prove the K mask whole 16-byte vectors) or an operand's
+    row stride is not a multiple of 4 elements, every load is one element wide: KernelBench's
+    8 (8205 x 2949 x 5921) ran 8.5 ms against cuBLAS's 6.4. The copies read and write A and B
+    once: by `b_kmajor_copy`'s model 130 / N (A) + 130 / M (B) of the matmul's time, 3.8% at
+    KernelBench's 8; taken where that is at most 5%.
+    """
+    def aligned(r, c):
+        return (c == 1 and r % 4 == 0) or (r == 1 and c % 4 == 0)
+
+    ragged = k % 16 != 0 or not aligned(*a_strides) or not aligned(*b_strides)
+    return ragged and k > 0 and m > 0 and n > 0 and 130 / m + 130 / n <= 0.05
+
+
+def split_k(m, n, k, block_m, block_n, block_k, sms=132):
+    """Programs per output tile of the tiled matmul, each summing one range of K into an fp32
+    workspace that a second kernel adds up in a fixed order (the launcher's rule where the
+    config names no SPLIT_K; `sms`: the device's SMs).
+
+    Where the tiles fill less than half the SMs and K is long (>= 4096 and >= 8 x max(M, N):
+    KernelBench's 6 is 256 x 256 x 524288, 16 tiles of 64 x 64 for 132 SMs), about two
+    programs per SM, each keeping at least 16 BLOCK_K steps.
+    """
+    tiles = -(-m // block_m) * -(-n // block_n)
+    if tiles == 0 or 2 * tiles >= sms or k < 4096 or k < 8 * max(m, n):
+        return 1
+    return max(1, min(2 * sms // tiles, k // (16 * block_k)))
+
+
+def split_k_range(k, split, block_k):
+    """(k_per, splits): the K range each split sums, a multiple of block_k (so a split's range
+    is whole K blocks and the JIT sees a multiple of 16), and how many splits that makes
+    (at most `split`: none is empty); one split of K rounded up where split is 1."""
+    per = -(-max(k, 1) // max(split, 1))
+    per = -(-per // block_k) * block_k
+    return per, max(1, -(-k // per))
+
+
 def acc_chunk(k, block_k, elem_bytes):
     """K blocks per partial accumulator of an fp32 matmul's tiled kernel (0: one accumulator;
     always for 16-bit operands, whose kernels stay as they were).

@@ -44,7 +44,9 @@ class KernelInfo:
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
     its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
     constexprs: the constexpr parameter names, filled from a config; align: the parameters
-    whose values the kernel's ALIGN divides, its length first (`heuristics.rowwise_align`).
+    whose values the kernel's ALIGN divides, its length first (`heuristics.rowwise_align`);
+    when: "split_k" for a kernel launched only where a tiled matmul config splits K (the
+    split-K reduce kernel), else "" (whenever its strategy runs).
     """
 
     name: str
@@ -54,6 +56,7 @@ class KernelInfo:
     strategies: tuple[str, ...]  # configs whose "strategy" runs this kernel
     launch: tuple[str, ...] = ()  # launcher expression per runtime param (to type int hints)
     align: tuple[str, ...] = ()
+    when: str = ""
 
 
 @dataclass
@@ -166,23 +169,55 @@ class GeneratedOp:
             return False
         return self.problem_sizes(inputs)["K"] > 0 and self.tma_layout_ok(inputs, a.element_size())
 
-    def _launched_operands(self, inputs: Sequence[Any], config: dict[str, Any]) -> Sequence[Any]:
-        """`inputs` as the tiled kernel receives them: a tf32x3 launcher copies a row-major B
-        into a K-contiguous scratch first (`heuristics.b_kmajor_copy`, the template's
-        `_b_kmajor`), whose strides the kernel is then compiled for."""
-        if self.family != "matmul_epilogue" or "b" not in self._mm or not config.get("tf32x3"):
-            return inputs
-        kb, bk, bn = self._mm["b"]
-        b = inputs[kb]
-        if config.get("ieee", b.dtype == torch.float32) or b.stride(bk) == 1 or b.numel() == 0:
-            return inputs
-        m = self.problem_sizes(inputs)["M"]
-        if not config.get("B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
-            return inputs
-        strides = [0, 0]
-        strides[bk], strides[bn] = 1, int(b.shape[bk])
-        copy = torch.empty_strided(tuple(b.shape), tuple(strides), dtype=b.dtype, device="meta")
-        return (*inputs[:kb], copy, *inputs[kb + 1:])
+    def _tiled_launch(self, inputs: Sequence[Any], config: dict[str, Any],
+                      sms: int | None = None) -> tuple[Sequence[Any], dict[str, Any]]:
+        """(operands, knobs): `inputs` as the tiled matmul kernel receives them, and the values
+        the template's launcher derives for it, in its order: PAD_K's zero-padded K-contiguous
+        copies of A and B (`heuristics.pad_k`, K rounded up to BLOCK_K), SWAP_AB
+        (`heuristics.swap_ab`, not where the config asks for B_KMAJOR), B's K-contiguous copy (`heuristics.b_kmajor_copy`; not where
+        swapped), then split-K (`heuristics.split_k` with `sms`, REFERENCE_DEVICE's where None:
+        k_per, splits, PARTIAL) and ACC_CHUNK over one split's K range. The kernel is compiled
+        for the operands' strides."""
+        if self.family != "matmul_epilogue" or "b" not in self._mm or "BLOCK_K" not in config:
+            return inputs, {}
+        (ka, am, ak), (kb, bk, bn) = self._mm["a"], self._mm["b"]
+        a, b = inputs[ka], inputs[kb]
+        sizes = self.problem_sizes(inputs)
+        m, n, k = sizes["M"], sizes["N"], sizes["K"]
+        block_k = int(config["BLOCK_K"])
+        # the knobs of a module whose tiled kernel takes TF32X3 (fp32 examples), for a tf32x3 run
+        knobbed = any("TF32X3" in ki.constexprs for ki in self.kernels)
+        tf32x3 = bool(config.get("tf32x3")) and not config.get("ieee", b.dtype == torch.float32)
+        padded = swap = False
+        pad = knobbed and ka != kb and m and n and k and config.get("PAD_K", tf32x3 and (
+            heuristics.pad_k(m, n, k, (a.stride(am), a.stride(ak)), (b.stride(bk), b.stride(bn)))))
+        if pad:
+            k, padded = -(-k // block_k) * block_k, True
+            a, b = _kmajor_meta(a, am, ak, m, k), _kmajor_meta(b, bn, bk, n, k)
+        if knobbed:
+            swap = bool(config.get("SWAP_AB", tf32x3 and not config.get("B_KMAJOR", False)
+                                   and heuristics.swap_ab(m, a.stride(ak), b.stride(bk))))
+            if tf32x3 and not swap and b.stride(bk) != 1 and b.numel() and config.get(
+                    "B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
+                b = _kmajor_meta(b, bn, bk, n, k)
+        split = config.get("SPLIT_K")
+        if split is None:
+            if sms is None:
+                sms = int(variants._reference().compute_units.value)
+            split = heuristics.split_k(m, n, k, int(config["BLOCK_M"]), int(config["BLOCK_N"]),
+                                       block_k, sms)
+        k_per, splits = heuristics.split_k_range(k, int(split), block_k)
+        first = next(x for x in inputs if isinstance(x, torch.Tensor))
+        knobs = {"K": k, "k_per": k_per, "splits": splits, "stride_ws": m * n,
+                 "PARTIAL": splits > 1, "SWAP_AB": swap,
+                 "EVEN_K": padded or (bool(config.get("EVEN_K", False)) and k % block_k == 0),
+                 "ACC_CHUNK": int(config.get("ACC_CHUNK", heuristics.acc_chunk(
+                     min(k, k_per), block_k, first.element_size()))),
+                 "REDUCE_M": int(config.get("REDUCE_M", 64)),
+                 "REDUCE_N": int(config.get("REDUCE_N", 64))}
+        ops = list(inputs)
+        ops[ka], ops[kb] = a, b  # where A is B (ka == kb), B's copy serves both
+        return tuple(ops), knobs
 
     # -- cross-compilation ---------------------------------------------------------------------
     def _int_args(self, inputs: Sequence[Any], specs: list[Any]) -> dict[str, int]:
@@ -214,9 +249,10 @@ class GeneratedOp:
         config = config or self.default_config(None, inputs)
         if config.get("strategy") in ("tma_persistent", "tma_ws") and not self.tma_applies(inputs):
             config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
-        inputs = self._launched_operands(inputs, config)
+        inputs, knobs = self._tiled_launch(inputs, config)
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
+        ints.update({p: v for p, v in knobs.items() if p in ("K", "k_per", "splits", "stride_ws")})
         if "SPLIT" in config and "n_cols" in ints:
             # the split kernels' chunking, as their launchers compute it: a chunk_cols that is
             # a multiple of 16 is specialized so by the JIT (16-byte loads), and must be here
@@ -226,10 +262,13 @@ class GeneratedOp:
         for k in self.kernels:
             if config.get("strategy") not in k.strategies and "*" not in k.strategies:
                 continue
+            if k.when == "split_k" and not knobs.get("PARTIAL"):
+                continue
             sig: dict[str, str] = {}
             aligned = [int(ints[p]) for p in k.align]
-            consts = {c: _const_value(c, config, inputs, ints, self._mm.get("last_dim", True),
-                                      aligned) for c in k.constexprs}
+            consts = {c: knobs[c] if c in knobs else _const_value(
+                c, config, inputs, ints, self._mm.get("last_dim", True), aligned)
+                for c in k.constexprs}
             for p, kind in zip(k.params, k.kinds, strict=True):
                 if kind.startswith("cstride:"):
                     _, who, d = kind.split(":")
@@ -288,6 +327,15 @@ class GeneratedOp:
             out.append(KernelRef(name=k.name, fn=fn, source=self._source, signature=sig,
                                  constexprs=consts))
         return out
+
+
+def _kmajor_meta(t: Any, dim_n: int, dim_k: int, n: int, k_pad: int) -> torch.Tensor:
+    """The launcher's K-contiguous copy of operand `t` (`_kmajor` in the matmul template):
+    dim_n of n, dim_k of k_pad elements at stride 1, as a meta tensor."""
+    shape, strides = [0, 0], [0, 0]
+    shape[dim_n], shape[dim_k] = n, k_pad
+    strides[dim_n], strides[dim_k] = k_pad, 1
+    return torch.empty_strided(tuple(shape), tuple(strides), dtype=t.dtype, device="meta")
 
 
 def _eval_launch(expr: str, inputs: Sequence[Any], outs: list[torch.Tensor]) -> Any:

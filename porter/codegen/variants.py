@@ -44,6 +44,9 @@ Pruning rules (each names the limit it enforces):
   its hardware model), TF32X3 (three tf32 products, hi*hi + hi*lo + lo*hi: close to fp32's
   accuracy on the tensor cores, 495 against 67 TFLOP/s of exact fp32 on an H100), offered first
   and the default; `tf32x3_offered`.
+- split-K: tiled matmul configs whose tiles fill less than half the SMs over a long K
+  (heuristics.split_k, with the device's compute units) come with the rule's SPLIT_K, half and
+  twice it, and 1; the default names the rule's where it splits.
 - fp32 matmuls over a long K (heuristics.acc_chunk: partial accumulators) keep tiles of at most
   32 accumulator values per thread and BLOCK_K 32: the partials' sum is a second tile of
   registers.
@@ -205,6 +208,26 @@ def _column_configs(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any], e
     return out
 
 
+def _sms(hw: HardwareModel | None) -> int:
+    """The SMs (compute units) of `hw`, or of REFERENCE_DEVICE when None."""
+    return int((hw or _reference()).compute_units.value)
+
+
+def _split_k_variants(cfg: dict[str, Any], sizes: dict[str, int], sms: int
+                      ) -> list[dict[str, Any]]:
+    """A tiled matmul config where `heuristics.split_k` splits K at its tile: with the rule's
+    SPLIT_K, half and twice it (each split keeping >= 8 BLOCK_K steps) and 1 (no split);
+    elsewhere the config as it is."""
+    if cfg.get("strategy") != "tiled":
+        return [cfg]
+    m, n, k = sizes["M"], sizes["N"], sizes["K"]
+    rule = heuristics.split_k(m, n, k, cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], sms)
+    if rule == 1:
+        return [cfg]
+    splits = [rule] + [s for s in (rule // 2, 2 * rule) if 1 < s <= k // (8 * cfg["BLOCK_K"])]
+    return [{**cfg, "SPLIT_K": s} for s in splits + [1]]
+
+
 def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[Any],
                    dtype: torch.dtype | None) -> dict[str, Any]:
     """The generated launcher's own choice for these inputs, plus the I/O dtype."""
@@ -221,6 +244,12 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
         if tf32x3:
             cfg = (with_tf32x3([cfg], warp) or [cfg])[0]
+        if cfg["strategy"] == "tiled" and _limits(hw)[3] != "metal":
+            # split-K with this device's SMs, named so the compile check builds what runs
+            split = heuristics.split_k(sizes["M"], sizes["N"], sizes["K"], cfg["BLOCK_M"],
+                                       cfg["BLOCK_N"], cfg["BLOCK_K"], _sms(hw))
+            if split > 1:
+                cfg["SPLIT_K"] = split
     elif op.plan is not None and columns_offered(op, hw) and heuristics.columns_default(
             *_column_sizes(op, inputs), eb, warp_size=warp) is not None:
         # the launcher's own rule (None where the last dim is shorter than a warp), with the
@@ -309,6 +338,8 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                        and c["BLOCK_K"] <= 32)]
         if tf32x3_offered(op, hw, eb):
             out = with_tf32x3(out, warp) + out  # fp32 on the tensor cores first
+        if backend != "metal":
+            out = [v for c in out for v in _split_k_variants(c, sizes, _sms(hw))]
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))

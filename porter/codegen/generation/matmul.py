@@ -69,16 +69,29 @@ def gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         b_strides=[f"inputs[{kb}].stride({bk})", f"inputs[{kb}].stride({bn})"],
         a_index=ka, b_index=kb, a_dims=(am, ak), b_dims=(bk, bn), tf32x3=tf32x3,
         heuristics=heuristics_source(
-            heuristics.tma_transposed, heuristics.matmul_default,
-            *((heuristics.acc_chunk, heuristics.b_kmajor_copy) if tf32x3 else ())))
+            heuristics.tma_transposed, heuristics.matmul_default, heuristics.split_k,
+            heuristics.split_k_range,
+            *((heuristics.acc_chunk, heuristics.b_kmajor_copy, heuristics.swap_ab,
+               heuristics.pad_k) if tf32x3 else ())))
+    # k_per, ws and stride_ws: split-K's K range per program, fp32 partials and their plane
+    # (`GeneratedOp._tiled_launch` gives their values, as the launcher computes them)
     kinfo = KernelInfo(ctx["kname"] + "_matmul_kernel",
-                       (*args.params, "M", "N", "K", "stride_am", "stride_ak", "stride_bk",
-                        "stride_bn"),
-                       (*args.kinds, "i32", "i32", "i32", f"cstride:in{ka}:{am}",
-                        f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}", f"cstride:in{kb}:{bn}"),
+                       (*args.params, "M", "N", "K", "k_per", "ws", "stride_ws", "stride_am",
+                        "stride_ak", "stride_bk", "stride_bn"),
+                       (*args.kinds, "i32", "i32", "i32", "i32", "ptr:ws", "i32",
+                        f"cstride:in{ka}:{am}", f"cstride:in{ka}:{ak}", f"cstride:in{kb}:{bk}",
+                        f"cstride:in{kb}:{bn}"),
                        ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "IEEE",
-                        *(("TF32X3", "ACC_CHUNK") if tf32x3 else ()), "UPCAST"),
+                        *(("TF32X3", "ACC_CHUNK", "SWAP_AB", "EVEN_K") if tf32x3 else ()),
+                        "PARTIAL", "UPCAST"),
                        ("tiled",), tuple(args.launch_exprs))
+    # split-K's second pass: the splits' sum and the epilogue (launched where a tiled config
+    # splits K: `when`)
+    reduce = KernelInfo(ctx["kname"] + "_splitk_reduce_kernel",
+                        (*args.params, "ws", "M", "N", "splits", "stride_ws"),
+                        (*args.kinds, "ptr:ws", "i32", "i32", "i32", "i32"),
+                        ("REDUCE_M", "REDUCE_N"), ("tiled",), tuple(args.launch_exprs),
+                        when="split_k")
     # The persistent TMA kernel: descriptors typed per config ("desc:"), and whether each
     # operand is described transposed decided from the actual strides ("ctma:", a constexpr).
     tma = KernelInfo(ctx["kname"] + "_matmul_tma_kernel",
@@ -91,7 +104,7 @@ def gen_matmul(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                      ("BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "FLATTEN", "SUBTILE", "WS",
                       "UPCAST"),
                      ("tma_persistent", "tma_ws"), tuple(args.launch_exprs))
-    op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo, tma], src)
+    op = GeneratedOp(name, "matmul_epilogue", g, ex, None, fusion, [kinfo, reduce, tma], src)
     # operands as (input index, row dim, col dim): A is [M, K], B is [K, N]
     op._mm = {"mnk": mnk, "a": (ka, am, ak), "b": (kb, bk, bn)}
     return op
