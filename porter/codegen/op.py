@@ -174,10 +174,10 @@ class GeneratedOp:
         """(operands, knobs): `inputs` as the tiled matmul kernel receives them, and the values
         the template's launcher derives for it, in its order: PAD_K's zero-padded K-contiguous
         copies of A and B (`heuristics.pad_k`, K rounded up to BLOCK_K), SWAP_AB
-        (`heuristics.swap_ab`, not where the config asks for B_KMAJOR), B's K-contiguous copy (`heuristics.b_kmajor_copy`; not where
-        swapped), then split-K (`heuristics.split_k` with `sms`, REFERENCE_DEVICE's where None:
-        k_per, splits, PARTIAL) and ACC_CHUNK over one split's K range. The kernel is compiled
-        for the operands' strides."""
+        (`heuristics.swap_ab`, not where the config asks for B_KMAJOR), B's K-contiguous copy
+        (`heuristics.b_kmajor_copy`; not where swapped), then split-K (`heuristics.split_k`
+        with `sms`, REFERENCE_DEVICE's where None: k_per, splits, PARTIAL) and ACC_CHUNK over
+        one split's K range. The kernel is compiled for the operands' strides."""
         if self.family != "matmul_epilogue" or "b" not in self._mm or "BLOCK_K" not in config:
             return inputs, {}
         (ka, am, ak), (kb, bk, bn) = self._mm["a"], self._mm["b"]
