@@ -83,11 +83,12 @@ _GROUPS = {}  # the inputs' shapes -> the model's group count
 
 def make_inputs(shape, dtype, device, generator):
     batch, features, hidden = shape
-    x = torch.randn(batch, features, generator=generator)
-    w = torch.randn(hidden, features, generator=generator) / features ** 0.5
-    b = torch.randn(hidden, generator=generator)
-    gw = 1 + 0.1 * torch.randn(hidden, generator=generator)
-    gb = 0.1 * torch.randn(hidden, generator=generator)
+    on = generator.device  # the harness's generator is on the GPU there
+    x = torch.randn(batch, features, generator=generator, device=on)
+    w = torch.randn(hidden, features, generator=generator, device=on) / features ** 0.5
+    b = torch.randn(hidden, generator=generator, device=on)
+    gw = 1 + 0.1 * torch.randn(hidden, generator=generator, device=on)
+    gb = 0.1 * torch.randn(hidden, generator=generator, device=on)
     _GROUPS[((batch, features), (hidden, features))] = hidden // 8
     return tuple(t.to(device=device, dtype=dtype) for t in (x, w, b, gw, gb))
 
