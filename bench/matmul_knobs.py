@@ -83,21 +83,23 @@ def configs(case: Case, default: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if case.k % d["BLOCK_K"] == 0:
         out["even_k"] = {**d, "EVEN_K": True}  # unmasked K loop: K is whole blocks already
     if case.name == "kb6":
-        for s in (1, 4, 8, 16, 32, 64):
+        for s in (1, 8, 16, 32):
             out[f"split{s}"] = {**d, "SPLIT_K": s}
-            out[f"split{s}_noswap"] = {**d, "SPLIT_K": s, "SWAP_AB": False}
+        out["split16_noswap"] = {**d, "SPLIT_K": 16, "SWAP_AB": False}
+        out["split16_kmajor"] = {**d, "SPLIT_K": 16, "SWAP_AB": False, "B_KMAJOR": True}
         big = {**d, **x3, "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 32, "num_warps": 8,
                "num_stages": 3}
-        for s in (16, 33, 66, 128):  # 66: two programs per SM; 128: ACC_CHUNK 0 (4096 of K)
+        for s in (33, 66):  # 66: two programs per SM
             out[f"128x128_split{s}"] = {**big, "SPLIT_K": s}
-            out[f"128x128_split{s}_noswap"] = {**big, "SPLIT_K": s, "SWAP_AB": False}
+            out[f"128x128_split{s}_kmajor"] = {**big, "SPLIT_K": s, "SWAP_AB": False,
+                                               "B_KMAJOR": True}
     if case.name == "kb9":
-        for (bm, bn) in ((64, 64), (128, 64), (64, 128), (128, 128), (128, 256), (256, 128)):
-            for w in (4, 8):
-                for form, prec in (("x3", x3), ("ieee", {"ieee": True, "tf32x3": False})):
-                    out[f"{bm}x{bn}_w{w}_{form}"] = {
-                        **d, **prec, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32,
-                        "GROUP_M": 8, "num_warps": w, "num_stages": 2}
+        for (bm, bn, w) in ((64, 64, 4), (128, 64, 4), (64, 128, 4), (128, 128, 8),
+                            (128, 256, 8), (256, 128, 8)):
+            for form, prec in (("x3", x3), ("ieee", {"ieee": True, "tf32x3": False})):
+                out[f"{bm}x{bn}_w{w}_{form}"] = {
+                    **d, **prec, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 32,
+                    "GROUP_M": 8, "num_warps": w, "num_stages": 2}
     seen: list[dict[str, Any]] = []
     unique = {}
     for label, cfg in out.items():
