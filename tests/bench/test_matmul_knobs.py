@@ -34,7 +34,7 @@ def test_the_cases_and_their_configs() -> None:
     assert {"default", "swap", "noswap_kmajor", "noswap_nocopy", "pad", "nopad", "split1",
             "split16", "128x128_split66", "even_k"} <= set(kb6)
     kb9 = mk.configs(cases["kb9"], default)
-    assert kb9["256x128_w8_ieee"]["ieee"] and not kb9["128x256_w4_x3"]["ieee"]
+    assert kb9["256x128_w8_ieee"]["ieee"] and not kb9["128x256_w8_x3"]["ieee"]
     assert "even_k" not in mk.configs(cases["kb8"], default)  # K = 2949: not whole blocks
     # no two labels run the same config
     assert len({repr(sorted(c.items())) for c in kb9.values()}) == len(kb9)
