@@ -207,7 +207,7 @@ def tma_transposed(stride_r, stride_c, elem_bytes):
     return None
 
 
-def matmul_default(m, n, k, elem_bytes, tma=False, tf32x3=False):
+def matmul_default(m, n, k, elem_bytes, tma=False, tf32x3=False, sms=132):
     """Config for the matmul with a fused epilogue.
 
     Big 2-byte GEMMs: 128x256x64 tiles, 8 warps, 4 stages (the fastest tiled config in a sweep
@@ -220,8 +220,26 @@ def matmul_default(m, n, k, elem_bytes, tma=False, tf32x3=False):
     tiles, 8 warps, 3 stages where they make >= 256 tiles, else 64x64x32 with 4 warps, 4 stages
     (a sweep of 12 tiles on an H100, bench/NOTES.md item 49: 1.8-1.9x cuBLAS's exact fp32 at
     4096^3, 1024x8192x8192 and 16384x4096x2048; 1.0x at 128x4096x4096, where the 128-row tiles
-    leave SMs idle). A K long enough for partial accumulators keeps the small tile.
+    leave SMs idle). A K long enough for partial accumulators keeps the small tile, unless
+    the tiles leave most of the `sms` SMs idle: then split-K (`split_k`) at 128x128x32 tiles, 8
+    warps, at least one wave of programs and at most 8192 of K per split (KernelBench 6,
+    256 x 256 x 524288: 64 splits 1.36x cuBLAS, 64x64 tiles at 16 splits 1.00x; bench/NOTES.md
+    item 55). A K of one block (<= 32) makes
+    the output's store the bound: exact fp32 (no tensor cores) at 64x64 tiles, 2 stages
+    (KernelBench 9, 32768 x 32 @ 32 x 32768: 1.07x cuBLAS, the tf32x3 default 0.94x).
     """
+    if elem_bytes >= 4 and tf32x3 and k <= 32:
+        return {"strategy": "tiled", "BLOCK_M": max(16, min(64, _next_pow2(m))),
+                "BLOCK_N": max(16, min(64, _next_pow2(n))), "BLOCK_K": max(16, _next_pow2(k)),
+                "GROUP_M": 8, "num_warps": 4, "num_stages": 2, "ieee": True, "tf32x3": False}
+    split = split_k(m, n, k, 128, 128, 32, sms) if elem_bytes >= 4 and tf32x3 else 1
+    if split > 1:
+        # splits of <= 8192 of K: one accumulator each (`acc_chunk`), where a second 128x128
+        # one spilled on sm_90 (at 6: 64 splits 0.96 ms, 33 with two accumulators 0.90 ms)
+        split = min(max(split, -(-k // 8192)), max(1, k // (16 * 32)))
+        return {"strategy": "tiled", "BLOCK_M": max(16, min(128, _next_pow2(m))),
+                "BLOCK_N": max(16, min(128, _next_pow2(n))), "BLOCK_K": 32, "GROUP_M": 8,
+                "num_warps": 8, "num_stages": 3, "SPLIT_K": split}
     if elem_bytes >= 4 and tf32x3 and acc_chunk(k, 32, elem_bytes) == 0:
         if -(-m // 128) * -(-n // 128) >= 256:
             bm, bn, bk, warps, stages = 128, 128, 64, 8, 3
@@ -299,13 +317,14 @@ def split_k(m, n, k, block_m, block_n, block_k, sms=132):
     config names no SPLIT_K; `sms`: the device's SMs).
 
     Where the tiles fill less than half the SMs and K is long (>= 4096 and >= 8 x max(M, N):
-    KernelBench's 6 is 256 x 256 x 524288, 16 tiles of 64 x 64 for 132 SMs), about two
-    programs per SM, each keeping at least 16 BLOCK_K steps.
+    KernelBench's 6 is 256 x 256 x 524288, 4 tiles of 128 x 128 for 132 SMs), one program per
+    SM, each keeping at least 16 BLOCK_K steps (at 6: 33 splits 0.90 ms, 66 0.96 ms on an
+    H100).
     """
     tiles = -(-m // block_m) * -(-n // block_n)
     if tiles == 0 or 2 * tiles >= sms or k < 4096 or k < 8 * max(m, n):
         return 1
-    return max(1, min(2 * sms // tiles, k // (16 * block_k)))
+    return max(1, min(sms // tiles, k // (16 * block_k)))
 
 
 def split_k_range(k, split, block_k):

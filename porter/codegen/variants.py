@@ -238,14 +238,15 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     if op.family == "matmul_epilogue":
         tf32x3 = tf32x3_offered(op, hw, eb)
         cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
-                                        tma=_tma_ok(op, hw, inputs, eb), tf32x3=tf32x3)
+                                        tma=_tma_ok(op, hw, inputs, eb), tf32x3=tf32x3,
+                                        sms=_sms(hw))
         _, _, smem, _ = _limits(hw)
         tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
         while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
-        if tf32x3:
+        if tf32x3 and "ieee" not in cfg:  # the rule's exact fp32 (a K of one block) stays
             cfg = (with_tf32x3([cfg], warp) or [cfg])[0]
-        if cfg["strategy"] == "tiled" and _limits(hw)[3] != "metal":
+        if cfg["strategy"] == "tiled" and _limits(hw)[3] != "metal" and "SPLIT_K" not in cfg:
             # split-K with this device's SMs, named so the compile check builds what runs
             split = heuristics.split_k(sizes["M"], sizes["N"], sizes["K"], cfg["BLOCK_M"],
                                        cfg["BLOCK_N"], cfg["BLOCK_K"], _sms(hw))
@@ -341,6 +342,13 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
             out = with_tf32x3(out, warp) + out  # fp32 on the tensor cores first
         if backend != "metal":
             out = [v for c in out for v in _split_k_variants(c, sizes, _sms(hw))]
+            rule = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
+                                             tf32x3=tf32x3_offered(op, hw, eb), sms=_sms(hw))
+            if "SPLIT_K" in rule:
+                # the rule's split-K tile (one accumulator per split, so not the long-K
+                # filter's case above) in exact fp32 too: the default's twin should tf32x3
+                # miss the tolerance
+                out.append({**rule, "ieee": True, "tf32x3": False})
     elif op.plan is not None:
         n_cols = sizes["n_cols"]
         p2 = heuristics._next_pow2(max(n_cols, 1))

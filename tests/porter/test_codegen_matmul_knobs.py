@@ -137,15 +137,29 @@ def test_swap_ab_rule() -> None:
 
 
 def test_split_k_rule() -> None:
-    # KernelBench 6 at 64x64x32 tiles: 16 tiles for 132 SMs -> ~2 programs per SM
-    assert heuristics.split_k(256, 256, 524288, 64, 64, 32, 132) == 16
-    assert heuristics.split_k(256, 256, 524288, 128, 128, 64, 132) == 66
+    # KernelBench 6: one program per SM (4 tiles of 128x128 -> 33 splits; 16 of 64x64 -> 8)
+    assert heuristics.split_k(256, 256, 524288, 128, 128, 32, 132) == 33
+    assert heuristics.split_k(256, 256, 524288, 64, 64, 32, 132) == 8
+    assert heuristics.split_k(256, 256, 524288, 128, 128, 64, 132) == 33
     assert heuristics.split_k(4096, 4096, 4096, 128, 128, 64, 132) == 1  # enough tiles
     assert heuristics.split_k(256, 256, 2048, 64, 64, 32, 132) == 1  # K short
     assert heuristics.split_k(1024, 1024, 6000, 128, 128, 32, 132) == 1  # K < 8 max(M, N)
     # each split keeps >= 16 BLOCK_K steps
     assert heuristics.split_k(16, 16, 8192, 16, 16, 64, 132) == 8192 // (16 * 64)
     assert heuristics.split_k(0, 16, 8192, 16, 16, 64, 132) == 1
+
+
+def test_a_k_of_one_block_runs_exact_fp32_at_small_tiles(lg) -> None:
+    # KernelBench 9 (32768 x 32 @ 32 x 32768): the output's store is the bound; exact fp32 at
+    # 64x64 tiles ran 1.07x cuBLAS on an H100, the tf32x3 128x128 default 0.94x
+    cfg = heuristics.matmul_default(32768, 32768, 32, 4, tf32x3=True)
+    assert cfg["ieee"] and not cfg["tf32x3"] and (cfg["BLOCK_M"], cfg["BLOCK_N"]) == (64, 64)
+    assert cfg["num_stages"] == 2 and "SPLIT_K" not in cfg
+    full = lg[0].default_config(hwmodels.get("h100"), _meta(32768, 32, 32768))
+    assert full["ieee"] and not full["tf32x3"]  # default_config keeps the rule's precision
+    # K = 64 (KernelBench 7) stays on the tensor cores
+    assert not heuristics.matmul_default(32768, 32768, 64, 4, tf32x3=True).get("ieee", False)
+    assert "ieee" not in heuristics.matmul_default(32768, 32768, 32, 4)  # fp32 off the rule
 
 
 @pytest.mark.parametrize("k,split,bk", [(100, 3, 16), (1537, 3, 32), (4097, 4, 32),
@@ -199,8 +213,6 @@ def test_default_config_and_space_split_kernelbench_6(lg) -> None:
     op, hw = lg[0], hwmodels.get("h100")
     big = _meta(256, 524288, 256)
     cfg = op.default_config(hw, big)
-    assert cfg["SPLIT_K"] == heuristics.split_k(256, 256, 524288, cfg["BLOCK_M"],
-                                                cfg["BLOCK_N"], cfg["BLOCK_K"], 132)
     space = op.variant_space(hw, big)
     assert space[0] == cfg
     tiles: dict[tuple[Any, ...], set[int]] = {}
@@ -208,11 +220,18 @@ def test_default_config_and_space_split_kernelbench_6(lg) -> None:
         key = tuple(c.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages",
                                    "ieee"))
         tiles.setdefault(key, set()).add(c["SPLIT_K"])
-    # per tile: the rule's, half it and no split
-    assert all(1 in s and len(s) <= 3 for s in tiles.values())
-    assert len(space) <= 3 * len(tiles)
-    assert cfg["SPLIT_K"] in tiles[tuple(cfg.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K",
-                                                          "num_warps", "num_stages", "ieee"))]
+    # the default: 128x128x32 tiles, 8 warps, >= one wave of programs (33 splits on 132 SMs)
+    # and <= 8192 of K per split (one accumulator): 64
+    assert (cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"], cfg["num_warps"]) == (128, 128, 32, 8)
+    assert cfg["SPLIT_K"] == 64 and cfg["tf32x3"] and not cfg["ieee"]
+    # the space's other tiles: the rule's split, half it and no split each
+    own = tuple(cfg.get(k) for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K", "num_warps", "num_stages",
+                                     "ieee"))
+    assert tiles.pop(own) == {64}
+    assert {**cfg, "ieee": True, "tf32x3": False} in space  # its exact fp32 twin
+    assert tiles.pop(own[:-1] + (True,)) == {64}
+    assert tiles and all(1 in s and len(s) <= 3 for s in tiles.values())
+    assert len(space) <= 3 * len(tiles) + 2
     # a square matmul splits nothing: its configs are as they were
     square = _meta(4096, 4096, 4096)
     assert "SPLIT_K" not in op.default_config(hw, square)

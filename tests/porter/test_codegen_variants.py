@@ -282,21 +282,26 @@ def test_fp32_tf32x3_matmul_cross_compiles_for_sm90_without_spills(tmp_path: Pat
     path.write_text(op.triton_module_source())
     hw = hwmodels.get("h100")
     big = _large_k(torch.float32)
-    x3 = [c for c in op.variant_space(hw, big) if c.get("tf32x3")]
-    # the default and the tile with the most values per thread (accumulator, then operands)
-    most = max(x3, key=lambda c: (c["BLOCK_M"] * c["BLOCK_N"] / c["num_warps"],
-                                  (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] / c["num_warps"],
-                                  c["num_stages"]))
-    # one split: each program sums all of K = 524288 (the default splits it, in 16 ranges of
-    # 32768 that still take partial accumulators)
+    space = op.variant_space(hw, big)
+    x3 = [c for c in space if c.get("tf32x3")]
+    # the default (128x128 tiles, K split in ranges of 8192: one accumulator each) and, of the
+    # other tiles (the long-K filter's), the one with the most values per thread (accumulator,
+    # then operands)
+    default = x3[0]
+    most = max([c for c in x3 if c["SPLIT_K"] != default["SPLIT_K"]],
+               key=lambda c: (c["BLOCK_M"] * c["BLOCK_N"] / c["num_warps"],
+                              (c["BLOCK_M"] + c["BLOCK_N"]) * c["BLOCK_K"] / c["num_warps"],
+                              c["num_stages"]))
+    # one split: each program sums all of K = 524288 in partial accumulators
     most = {**most, "SPLIT_K": 1}
     exact = {k: v for k, v in most.items() if k not in ("ieee", "tf32x3")}
-    for cfg in (x3[0], most, exact):
+    for cfg in (default, most, exact):
         refs = op.kernel_refs(big, cfg, source_path=str(path))
         ref = next(r for r in refs if r.name.endswith("_matmul_kernel"))
         assert ref.constexprs["TF32X3"] is (cfg is not exact)
         assert ref.constexprs["IEEE"] is (cfg is exact)
-        assert ref.constexprs["ACC_CHUNK"] > 0  # K = 524288: partial accumulators
+        # K = 524288: partial accumulators, except in the default's splits of 8192
+        assert (ref.constexprs["ACC_CHUNK"] > 0) is (cfg is not default)
         rep = targets.for_device(hw).compile(ref, LaunchConfig(cfg["num_warps"],
                                                                cfg["num_stages"]), hw)
         assert rep.fits, (cfg, rep.reasons)
@@ -322,8 +327,10 @@ def test_fp32_matmul_default_tile_follows_the_h100_sweep() -> None:
     assert _fp32_dot(few_tiles) == "tf32x3" and [few_tiles[k] for k in tile] == [64, 64, 32, 4, 4]
     exact = op.default_config(mi, meta(4096, 4096, 4096))
     assert _fp32_dot(exact) == "ieee" and [exact[k] for k in tile][:3] == [64, 64, 32]
-    long_k = op.default_config(h100, _large_k(torch.float32))
-    assert [long_k[k] for k in tile][:3] == [64, 64, 32]
+    long_k = op.default_config(h100, meta(4096, 4096, 16384))  # enough tiles: no split
+    assert [long_k[k] for k in tile][:3] == [64, 64, 32] and "SPLIT_K" not in long_k
+    few_long = op.default_config(h100, _large_k(torch.float32))  # few tiles: split-K
+    assert [few_long[k] for k in tile] == [128, 128, 32, 8, 3] and few_long["SPLIT_K"] > 1
 
 
 def test_fp32_tf32x3_default_tile_cross_compiles_for_sm90_without_spills(tmp_path: Path) -> None:
