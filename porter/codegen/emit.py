@@ -463,7 +463,7 @@ class Emitter:
             for j, s in enumerate(inner):
                 stride = sympy.Mul(*inner[j + 1:])
                 div = "//" if self.dialect == "triton" else "/"
-                e = c.expr if stride == 1 else f"({c.expr} {div} {self.args.size(stride)})"
+                e = c.expr if stride == 1 else f"({c.expr} {div} {self._divisor(stride)})"
                 if j > 0:
                     e = f"({e} % {self.args.size(s)})"
                 split.append(ZERO if s == 1 else Coord(e, c.col, lin=c.expr, dim=merged + j))
@@ -478,10 +478,14 @@ class Emitter:
         col = any(c.col for c in coords)
         out = []
         for j, s in enumerate(in_shape):
-            stride = self.args.size(sympy.Mul(*in_shape[j + 1:]))
+            stride = self._divisor(sympy.Mul(*in_shape[j + 1:]))
             out.append(ZERO if s == 1 else Coord(f"({lin} // {stride} % {self.args.size(s)})", col,
                                                  lin=lin, dim=j))
         return tuple(out)
+
+    def _divisor(self, size: Any) -> str:
+        """A size index math divides by: a constexpr in Triton (`KernelArgs.divisor`)."""
+        return self.args.divisor(size) if self.dialect == "triton" else self.args.size(size)
 
     def flat_terms(self, coords: tuple[Coord, ...], shape: tuple[Any, ...],
                    stride: Any) -> list[str] | None:

@@ -46,7 +46,7 @@ class KernelArgs:
     symbols: dict[sympy.Symbol, tuple[int, int]]
     params: list[str] = field(default_factory=list)  # kernel parameter names
     launch_exprs: list[str] = field(default_factory=list)  # python expressions in the launcher
-    # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32", "cstride:..." and "cflat:..." (constexprs)
+    # "ptr:<input k>"/"ptr:out<j>"/"i64"/"i32"; constexprs "cstride:...", "cflat:..", "cdiv"
     kinds: list[str] = field(default_factory=list)
     _sizes: dict[Any, str] = field(default_factory=dict)
 
@@ -65,6 +65,21 @@ class KernelArgs:
             self._sizes[expr] = self.add(f"sz{len(self._sizes)}", sym_to_python(expr, self.symbols),
                                          "i32")
         return self._sizes[expr]
+
+    def divisor(self, expr: Any) -> str:
+        """A size that index math divides by (a reshape's split of a linear index), as a
+        constexpr: the compiler then divides by a multiply and a shift, where a runtime divisor
+        costs a division routine per element (KernelBench 35's per-channel weights, `cols //
+        (H * W)`, on every element). Its values are products of inner dims, so it adds few
+        specializations beyond the constexpr strides the kernels already have."""
+        expr = sympy.sympify(expr)
+        if expr.is_Integer:
+            return str(int(expr))
+        key = ("divisor", expr)
+        if key not in self._sizes:
+            n = sum(1 for k in self._sizes if isinstance(k, tuple))
+            self._sizes[key] = self.add(f"dv{n}", sym_to_python(expr, self.symbols), "cdiv")
+        return self._sizes[key]
 
     def input_ptr(self, k: int) -> str:
         return self.add(f"in{k}_ptr", f"inputs[{k}]", f"ptr:in{k}")
@@ -94,5 +109,5 @@ class KernelArgs:
 
     def declared(self) -> list[str]:
         """Parameter declarations for a kernel signature (constexpr strides annotated)."""
-        return [f"{p}: tl.constexpr" if k.startswith(("cstride", "cflat")) else p
+        return [f"{p}: tl.constexpr" if k.startswith(("cstride", "cflat", "cdiv")) else p
                 for p, k in zip(self.params, self.kinds, strict=True)]

@@ -39,7 +39,7 @@ class KernelInfo:
     "stamp" (a fold's words and the call's stamp), "ptr:ws" and "ptr:cnt" (a split row's fp32
     workspace, split_coop's int32 counters), "i64", "i32", "cstride:<in k|out j>:<dim>"
     (a unit-stride constexpr), "cflat:<in k|out j>" (a constexpr: whether it is contiguous),
-    and for the TMA matmul
+    "cdiv" (a constexpr size that index math divides by), and for the TMA matmul
     "desc:in<k>:<row dim>:<col dim>:<block constexpr>:<block constexpr>" (a tensor descriptor;
     for tma_ws the operand's pointer), "rstride:in<k>:<row dim>:<col dim>" (the row stride of
     its TMA view) and "ctma:in<k>:<row dim>:<col dim>" (whether it is described transposed);
@@ -230,7 +230,7 @@ class GeneratedOp:
             values["n_elements"] = sizes["numel"]
         for k in self.kernels:
             for p, kind, expr in zip(k.params, k.kinds, k.launch, strict=False):
-                if kind in ("i32", "i64") and expr:
+                if kind in ("i32", "i64", "cdiv") and expr:
                     values[p] = int(_eval_launch(expr, inputs, outs))
         return values
 
@@ -277,6 +277,8 @@ class GeneratedOp:
                     else:
                         shape = specs[int(who[3:])][0]
                         consts[p] = int(math.prod(shape[int(d) + 1:]))
+                elif kind == "cdiv":  # a size index math divides by
+                    consts[p] = int(ints[p])
                 elif kind.startswith("cflat:"):  # outputs are allocated contiguous
                     who = kind.split(":")[1]
                     consts[p] = (bool(inputs[int(who[2:])].is_contiguous())
