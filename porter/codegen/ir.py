@@ -8,7 +8,7 @@ symbolically, so one generated module serves every shape), a torch dtype, and an
   pw        a pointwise op (attrs: fn); args are nodes, python numbers or sympy sizes
   reduce    sum/max/min along `dims` (attrs: kind, dims, keepdim); dims == all dims for a full one
   expand, unsqueeze, squeeze, permute, reshape, slice, cat, gather, flip: index ops, no math
-  mm        a 2-D matrix product
+  mm        a 2-D matrix product, or a batched one (3-D: bmm)
   scan      an inclusive prefix sum/product along `dim` (attrs: kind "sum" | "prod", dim)
 """
 

@@ -396,7 +396,8 @@ class Lowering(IRBuilder):
         if name == "gather":
             return self.g.add("gather", (x, args[2]), fx_shape(val), val.dtype, origin,
                               dim=args[1] % x.rank)
-        if name == "mm":
+        if name in ("mm", "bmm"):
+            # bmm: a batched mm node (3-D), the matmul family's batch grid axis
             return self.g.add("mm", (args[0], args[1]), fx_shape(val), val.dtype, origin)
         if name == "addmm":
             beta, alpha = kw.get("beta", 1), kw.get("alpha", 1)

@@ -112,7 +112,10 @@ class GeneratedOp:
         """The sizes the configs depend on: n_rows/n_cols (rowwise), numel, or M/N/K."""
         subs = self._subs(inputs)
         if self.family == "matmul_epilogue":
-            return {k: int(sympy.sympify(v).subs(subs)) for k, v in self._mm["mnk"].items()}
+            sizes = {k: int(sympy.sympify(v).subs(subs)) for k, v in self._mm["mnk"].items()}
+            if "batch" in self._mm:  # a batched matmul: B programs' worth of each tile
+                sizes["B"] = int(sympy.sympify(self._mm["batch"]).subs(subs))
+            return sizes
         if self.plan is not None:
             n_rows, n_cols = rowwise.size_exprs(self.plan)
             return {"n_rows": int(sympy.sympify(n_rows).subs(subs)),
@@ -145,10 +148,34 @@ class GeneratedOp:
             raise TypeError("pass the inputs (tensors) for the shape, not a bare shape tuple")
         return tuple(shape)
 
+    def mm_operands(self, inputs: Sequence[Any]) -> tuple[Any, ...]:
+        """`inputs` with the matmul's operands as its kernels read them: the launcher's views
+        (`_operand` in triton_matmul.py.j2) where an operand is not a 2-D input or its
+        transpose (leading dims merged into M, a batch), else as they are.
+
+        Raises:
+            ValueError: an operand's merged dims are not contiguous with each other (the
+                launcher raises so too).
+        """
+        views = self._mm.get("views")
+        if not views:
+            return tuple(inputs)
+        subs = self._subs(inputs)
+        ops = list(inputs)
+        for k, groups, full in views.values():
+            ops[k] = _operand_view(inputs[k], groups,
+                                   [int(sympy.sympify(s).subs(subs)) for s in full])
+        return tuple(ops)
+
     def tma_layout_ok(self, inputs: Sequence[Any], elem_bytes: int) -> bool:
         """Whether a TMA descriptor can describe both matmul operands of `inputs` (one unit
-        stride, the other a multiple of 16 bytes) at an element size of `elem_bytes`."""
-        if self.family != "matmul_epilogue" or "a" not in self._mm:
+        stride, the other a multiple of 16 bytes) at an element size of `elem_bytes`; never
+        for a batched matmul (its tiled kernel's grid axis 2)."""
+        if self.family != "matmul_epilogue" or "a" not in self._mm or "batch" in self._mm:
+            return False
+        try:
+            inputs = self.mm_operands(inputs)
+        except ValueError:
             return False
         for key in ("a", "b"):
             index, dim_r, dim_c = self._mm[key]
@@ -181,15 +208,17 @@ class GeneratedOp:
         if self.family != "matmul_epilogue" or "b" not in self._mm or "BLOCK_K" not in config:
             return inputs, {}
         (ka, am, ak), (kb, bk, bn) = self._mm["a"], self._mm["b"]
-        a, b = inputs[ka], inputs[kb]
         sizes = self.problem_sizes(inputs)
         m, n, k = sizes["M"], sizes["N"], sizes["K"]
+        batched = "B" in sizes  # no PAD_K, B_KMAJOR or split-K (2-D only)
+        inputs = self.mm_operands(inputs)
+        a, b = inputs[ka], inputs[kb]
         block_k = int(config["BLOCK_K"])
         # the knobs of a module whose tiled kernel takes TF32X3 (fp32 examples), for a tf32x3 run
         knobbed = any("TF32X3" in ki.constexprs for ki in self.kernels)
         tf32x3 = bool(config.get("tf32x3")) and not config.get("ieee", b.dtype == torch.float32)
         padded = swap = False
-        pad = knobbed and ka != kb and m and n and k and config.get("PAD_K", tf32x3 and (
+        pad = knobbed and not batched and ka != kb and m and n and k and config.get("PAD_K", tf32x3 and (
             heuristics.pad_k(m, n, k, (a.stride(am), a.stride(ak)), (b.stride(bk), b.stride(bn)))))
         if pad:
             k, padded = -(-k // block_k) * block_k, True
@@ -197,10 +226,10 @@ class GeneratedOp:
         if knobbed:
             swap = bool(config.get("SWAP_AB", tf32x3 and not config.get("B_KMAJOR", False)
                                    and heuristics.swap_ab(m, a.stride(ak), b.stride(bk))))
-            if tf32x3 and not swap and b.stride(bk) != 1 and b.numel() and config.get(
+            if tf32x3 and not swap and not batched and b.stride(bk) != 1 and b.numel() and config.get(
                     "B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
                 b = _kmajor_meta(b, bn, bk, n, k)
-        split = config.get("SPLIT_K")
+        split = 1 if batched else config.get("SPLIT_K")
         if split is None:
             if sms is None:
                 sms = int(variants._reference().compute_units.value)
@@ -215,6 +244,8 @@ class GeneratedOp:
                      min(k, k_per), block_k, first.element_size()))),
                  "REDUCE_M": int(config.get("REDUCE_M", 64)),
                  "REDUCE_N": int(config.get("REDUCE_N", 64))}
+        if batched:
+            knobs.update(stride_ab=int(a.stride(0)), stride_bb=int(b.stride(0)))
         ops = list(inputs)
         ops[ka], ops[kb] = a, b  # where A is B (ka == kb), B's copy serves both
         return tuple(ops), knobs
@@ -249,10 +280,13 @@ class GeneratedOp:
         config = config or self.default_config(None, inputs)
         if config.get("strategy") in ("tma_persistent", "tma_ws") and not self.tma_applies(inputs):
             config = {**config, "strategy": "tiled"}  # what the launcher runs at these inputs
-        inputs, knobs = self._tiled_launch(inputs, config)
+        # sizes and the epilogue's arguments from the inputs; the matmul's operands as the
+        # launcher passes them (its views, PAD_K's and B_KMAJOR's copies)
         specs = self.output_spec(inputs)
         ints = self._int_args(inputs, specs)
-        ints.update({p: v for p, v in knobs.items() if p in ("K", "k_per", "splits", "stride_ws")})
+        inputs, knobs = self._tiled_launch(inputs, config)
+        ints.update({p: v for p, v in knobs.items()
+                     if p in ("K", "k_per", "splits", "stride_ws", "stride_ab", "stride_bb")})
         if "SPLIT" in config and "n_cols" in ints:
             # the split kernels' chunking, as their launchers compute it: a chunk_cols that is
             # a multiple of 16 is specialized so by the JIT (16-byte loads), and must be here
@@ -341,7 +375,29 @@ def _kmajor_meta(t: Any, dim_n: int, dim_k: int, n: int, k_pad: int) -> torch.Te
 
 
 def _eval_launch(expr: str, inputs: Sequence[Any], outs: list[torch.Tensor]) -> Any:
-    return eval(expr, {"inputs": inputs, "outs": outs, "tmps": []})  # noqa: S307 - our own text
+    # ops: the matmul launcher's operands (its views or copies of inputs; their strides
+    # appear only where they are the inputs' own dims)
+    return eval(expr, {"inputs": inputs, "ops": inputs, "outs": outs,  # noqa: S307 - our text
+                       "tmps": []})
+
+
+def _operand_view(t: Any, groups: Sequence[Sequence[int]], full: Sequence[int]) -> Any:
+    """The matmul launcher's view of operand `t` (`_operand` in triton_matmul.py.j2): dim i
+    merges t's dims groups[i], outer first, expanded to `full` where a dim is broadcast.
+
+    Raises:
+        ValueError: the merged dims are not contiguous with each other.
+    """
+    used = [d for g in groups for d in g]
+    perm = [d for d in range(t.dim()) if d not in used] + used
+    shape = [math.prod(t.shape[d] for d in g) for g in groups]
+    try:
+        v = t.permute(perm).view(shape)
+    except RuntimeError as exc:
+        raise ValueError(f"a matmul operand of shape {tuple(t.shape)} and strides "
+                         f"{tuple(t.stride())} cannot be read as a {len(groups)}-D matrix "
+                         "without a copy") from exc
+    return v.expand(list(full)) if shape != list(full) else v
 
 
 def _tma_operand(t: Any, dim_r: int, dim_c: int) -> bool:

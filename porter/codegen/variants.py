@@ -237,16 +237,21 @@ def default_config(op: GeneratedOp, hw: HardwareModel | None, inputs: Sequence[A
     sizes = op.problem_sizes(inputs)
     if op.family == "matmul_epilogue":
         tf32x3 = tf32x3_offered(op, hw, eb)
-        cfg = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
-                                        tma=_tma_ok(op, hw, inputs, eb), tf32x3=tf32x3,
+        # a batched matmul (sizes["B"]): B times the tiles, sized as one of B * M rows; split-K
+        # and TMA are 2-D only
+        cfg = heuristics.matmul_default(sizes.get("B", 1) * sizes["M"], sizes["N"], sizes["K"],
+                                        eb, tma=_tma_ok(op, hw, inputs, eb), tf32x3=tf32x3,
                                         sms=_sms(hw))
+        if "B" in sizes:
+            cfg.pop("SPLIT_K", None)
         _, _, smem, _ = _limits(hw)
         tile_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * eb
         while cfg["num_stages"] > 2 and cfg["num_stages"] * tile_bytes > smem:
             cfg["num_stages"] -= 1  # fewer pipeline stages where shared memory is smaller
         if tf32x3 and "ieee" not in cfg:  # the rule's exact fp32 (a K of one block) stays
             cfg = (with_tf32x3([cfg], warp) or [cfg])[0]
-        if cfg["strategy"] == "tiled" and _limits(hw)[3] != "metal" and "SPLIT_K" not in cfg:
+        if cfg["strategy"] == "tiled" and _limits(hw)[3] != "metal" and "SPLIT_K" not in cfg \
+                and "B" not in sizes:
             # split-K with this device's SMs, named so the compile check builds what runs
             split = heuristics.split_k(sizes["M"], sizes["N"], sizes["K"], cfg["BLOCK_M"],
                                        cfg["BLOCK_N"], cfg["BLOCK_K"], _sms(hw))
@@ -340,7 +345,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                        and c["BLOCK_K"] <= 32)]
         if tf32x3_offered(op, hw, eb):
             out = with_tf32x3(out, warp) + out  # fp32 on the tensor cores first
-        if backend != "metal":
+        if backend != "metal" and "B" not in sizes:
             out = [v for c in out for v in _split_k_variants(c, sizes, _sms(hw))]
             rule = heuristics.matmul_default(sizes["M"], sizes["N"], sizes["K"], eb,
                                              tf32x3=tf32x3_offered(op, hw, eb), sms=_sms(hw))

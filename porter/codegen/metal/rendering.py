@@ -15,6 +15,7 @@ import torch
 from porter.codegen import rowwise
 from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
+from porter.codegen.errors import UnsupportedOpError
 from porter.codegen.ir import Node
 from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.kernel_args import sym_to_python
@@ -202,6 +203,9 @@ def _render_matmul(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ker
     template's header)."""
     g = op.graph
     mm = next(n for n in g.live() if n.op == "mm")
+    if op._mm.get("views"):
+        raise UnsupportedOpError(mm.origin or "mm", "the Metal matmul takes 2-D inputs or "
+                                 "their transposes (no reshaped or batched operands)")
     ka, am, ak = op._mm["a"]
     kb, bk_dim, bn = op._mm["b"]
     args.input_ptr(ka)
