@@ -151,6 +151,19 @@ def test_bmm_epilogue_reads_the_batch() -> None:
     _run(matmul_bias_gelu, ex, "bmm_bias_gelu", [None, TILE])
 
 
+def scores(q, k):
+    return torch.matmul(q, k.transpose(-1, -2)) * 0.125  # 4-D: the batch merges two dims
+
+
+def test_4d_batch_merges_two_dims_and_a_broadcast_one_is_unsupported() -> None:
+    ex = (_rand(2, 3, 17, 8, seed=0), _rand(2, 3, 19, 8, seed=1))
+    op, _ = _run(scores, ex, "bmm_scores", [None, TILE])
+    assert op.problem_sizes(ex) == {"M": 17, "N": 19, "K": 8, "B": 6}
+    # B broadcast over the outer batch dim only: no one batch stride reads it
+    with pytest.raises(UnsupportedOpError, match="broadcast dim merged"):
+        generate(matmul, (_rand(2, 3, 17, 8, seed=0), _rand(3, 8, 5, seed=1)), name="bmm_b4")
+
+
 def test_one_input_as_both_reshaped_operands_is_unsupported() -> None:
     with pytest.raises(UnsupportedOpError, match="both operands"):
         generate(lambda a: torch.bmm(a, a.transpose(1, 2)), (_rand(3, 8, 8, seed=0),),
