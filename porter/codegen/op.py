@@ -225,7 +225,8 @@ class GeneratedOp:
             a, b = _kmajor_meta(a, am, ak, m, k), _kmajor_meta(b, bn, bk, n, k)
         if knobbed:
             swap = bool(config.get("SWAP_AB", tf32x3 and not config.get("B_KMAJOR", False)
-                                   and heuristics.swap_ab(m, a.stride(ak), b.stride(bk))))
+                                   and heuristics.swap_ab(0 if batched else m, a.stride(ak),
+                                                          b.stride(bk))))
             if tf32x3 and not swap and not batched and b.stride(bk) != 1 and b.numel() and config.get(
                     "B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
                 b = _kmajor_meta(b, bn, bk, n, k)

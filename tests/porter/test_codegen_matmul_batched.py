@@ -225,3 +225,17 @@ def test_default_configs_cross_compile_for_sm90(tmp_path, case: str, dtype: torc
         rep = backend.compile(ref, launch_config(cfg), hw)
         assert rep.fits, (ref.name, rep.reasons)
         assert rep.resources.spill_bytes == 0, ref.name
+
+
+def test_batched_tf32x3_swaps_a_row_major_b_at_any_m() -> None:
+    # no K-major copy of B for a batched matmul: the rule swaps at M >= 1024 too, as the
+    # launcher does (`_swap_ab` with M 0)
+    ex = (_rand(3, 37, 100, seed=0), _rand(3, 100, 29, seed=1))
+    op = generate(bmm, ex, name="bmm_swap")
+    cfg = {**TF32X3, "BLOCK_M": 64, "BLOCK_N": 64, "num_warps": 4, "num_stages": 3}
+    for m in (512, 2048):
+        (ref,) = op.kernel_refs((_meta(2, m, 64), _meta(2, 64, 256)), cfg)
+        assert ref.constexprs["SWAP_AB"] is True and ref.constexprs["stride_bn"] == 1
+        assert ref.constexprs["PARTIAL"] is False and ref.constexprs["EVEN_K"] is False
+    (ref,) = op.kernel_refs((_meta(2, 2048, 64), _meta(2, 256, 64).transpose(1, 2)), cfg)
+    assert ref.constexprs["SWAP_AB"] is False  # B K-major already
