@@ -164,6 +164,18 @@ def test_4d_batch_merges_two_dims_and_a_broadcast_one_is_unsupported() -> None:
         generate(matmul, (_rand(2, 3, 17, 8, seed=0), _rand(3, 8, 5, seed=1)), name="bmm_b4")
 
 
+@pytest.mark.parametrize("view", ["transpose", "merge"])
+@pytest.mark.parametrize("batched", [False, True])
+def test_result_stored_through_views(view: str, batched: bool) -> None:
+    # the result's views give the store its coordinates: a transposed or merged output
+    def fn(a, b):
+        c = torch.matmul(a, b)
+        return c.transpose(0, 2) if view == "transpose" else c.reshape(3, 37 * 29) * 2.0
+
+    ex = (_rand(3, 37, 100, seed=0), _rand(*((3, 100, 29) if batched else (100, 29)), seed=1))
+    _run(fn, ex, f"mm_outview_{view}_{batched}", [None, TILE])
+
+
 def test_one_input_as_both_reshaped_operands_is_unsupported() -> None:
     with pytest.raises(UnsupportedOpError, match="both operands"):
         generate(lambda a: torch.bmm(a, a.transpose(1, 2)), (_rand(3, 8, 8, seed=0),),
