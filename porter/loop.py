@@ -269,10 +269,11 @@ def pinned_size(gen_op: Any, inputs: tuple[Any, ...]) -> str | None:
 def traced_at(session: PortSession, inputs: tuple[Any, ...]) -> tuple[Any, str]:
     """(op, "") generated from the reference traced at `inputs`' sizes (meta tensors: the
     trace allocates nothing), or (None, why not): the trace failed, or pinned a size still."""
-    from porter.port import generate_op  # the seam tests replace
+    from porter import codegen
 
+    generate = session.generate or (lambda ref, ex, name: codegen.generate(ref, ex, name=name))
     try:
-        op = generate_op(session.spec.reference, tuple(inputs), session.spec.name)
+        op = generate(session.spec.reference, tuple(inputs), session.spec.name)
     except Exception as exc:  # noqa: BLE001 - UnsupportedOpError, or the reference on meta
         return None, f"{type(exc).__name__}: {' '.join(str(exc).split())}"
     if (why := pinned_size(op, inputs)) is not None:

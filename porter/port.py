@@ -99,7 +99,7 @@ def _session(spec: Any, run_dir: Path, *, store_path: Path, resume: bool,
     session = PortSession(spec, gen_op, run_dir, store_path=store_path, resume=resume,
                           progress=progress, local=local, max_variants=variants,
                           max_checks=checks, time_budget_s=budget_s, units=units,
-                          deadline_s=deadline_s, verbose=verbose)
+                          deadline_s=deadline_s, verbose=verbose, generate=generate_op)
     session.signature = input_kinds(example)
     session.detect_reason = det.reason
     return session

@@ -65,16 +65,21 @@ class PortSession:
         local: the hardware-model name of the local GPU, or None (nothing is measured).
         max_variants, max_checks, time_budget_s: the resolved budget (`budget.resolve_budget`).
         deadline_s: an explicit device deadline (`--deadline`), else None.
+        generate: how an op is generated again from the reference (a bucket whose size the
+            run's trace pinned is traced at its own sizes): `porter.port.generate_op`, the
+            seam tests replace; None: `porter.codegen.generate`.
     """
 
     def __init__(self, spec: Any, gen_op: Any, run_dir: Path, *, store_path: Path, resume: bool,
                  progress: Progress, local: str | None, max_variants: int | None,
                  max_checks: int | None, time_budget_s: float | None,
                  units: list[tuple[tuple[int, ...], Any]] | None = None,
-                 deadline_s: float | None = None, verbose: bool = False) -> None:
+                 deadline_s: float | None = None, verbose: bool = False,
+                 generate: Callable[..., Any] | None = None) -> None:
         from harness.store import ResultsStore
 
         self.spec = spec
+        self.generate = generate
         self.problem = spec.problem()
         self.gen_op = gen_op
         self.units = units
