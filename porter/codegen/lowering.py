@@ -219,8 +219,15 @@ class Lowering(IRBuilder):
                                                "(no template returns an index); use amax/amin for "
                                                "the values"))
         if name in ("argmax", "argmin"):
-            raise UnsupportedOpError(origin, f"{name} (a reduction that returns an index) is not "
-                                             "covered: no template returns an index")
+            dim = args[1] if len(args) > 1 else kw.get("dim")
+            keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
+            if dim is None:
+                raise UnsupportedOpError(origin, f"{name} over all dims (no dim) is not covered: "
+                                                 "give a dim")
+            if not x.dtype.is_floating_point:
+                raise UnsupportedOpError(origin, f"{name} of {x.dtype} is not covered (float "
+                                                 "inputs only)")
+            return self.reduce(name, x, [dim], keep, origin, dtype=val.dtype)
         if name in ("sum", "amax", "amin", "max", "min", "mean") and isinstance(val, torch.Tensor):
             if name in ("max", "min") and len(args) == 1:
                 dims, keep = [], False

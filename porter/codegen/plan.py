@@ -115,6 +115,11 @@ def row_plan(g: Graph) -> RowPlan:
         x = r.args[0]
         if len(r.attrs["dims"]) == 1 and _eq(x.shape, space) and r.attrs["dims"][0] == dim:
             plan.main.append(r)
+        elif r.attrs["kind"] in ("argmax", "argmin"):
+            raise UnsupportedOpError(r.origin, f"{r.attrs['kind']} over dims "
+                                     f"{list(r.attrs['dims'])} of shape {list(x.shape)} is not "
+                                     f"the row's reduction (dim {dim} of {list(space)}): only one "
+                                     "along the row is covered")
         elif (_eq(x.shape, row_shape) or _eq(x.shape, keep_shape)) and len(r.shape) == 0:
             plan.post.append(r)
         elif len(r.attrs["dims"]) == x.rank and x.rank > 0 and len(r.shape) == 0 and r in single:
@@ -133,4 +138,7 @@ def row_plan(g: Graph) -> RowPlan:
         else:
             raise UnsupportedOpError("output", f"output of shape {list(o.shape)} is neither the "
                                      f"iteration space {list(space)} nor one value per row")
+    if plan.post and any(r.attrs["kind"] in ("argmax", "argmin") for r in plan.main):
+        raise UnsupportedOpError(plan.post[0].origin, "a fold into a scalar beside argmax/argmin "
+                                 "is not covered (the fold carries fp32 values, not indices)")
     return plan

@@ -4,7 +4,9 @@ Pruning rules (each names the limit it enforces):
 - threads per block: num_warps * warp width <= max_threads_per_block (AMD wavefronts are 64
   wide, so num_warps <= 16 there; Apple threadgroups hold 1024 threads).
 - registers: a single-pass row keeps ROWS*BLOCK_N fp32 values live; more than 128 per thread
-  spills (255 registers, a few live temporaries each).
+  spills (255 registers, a few live temporaries each); 32 for argmax / argmin, whose values
+  each keep an index beside them (sm_90, 32 warps: 32 x 4096 spilled 872 B, 16 x 4096 112 B,
+  8 x 4096 none).
 - persistent: the single-pass tile in a grid of PROGRAMS_PER_SM programs per SM, each loading
   what needs no row (weights) once and looping over row blocks with 3 or 4 stages so the next
   blocks' loads are in flight (2 stages measured slower than 3 wherever 3 fit, bench/NOTES.md
@@ -359,6 +361,8 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
         p2 = heuristics._next_pow2(max(n_cols, 1))
         two = heuristics.one_block_sizes("two_block", n_cols)
         head, tail = two["BLOCK_N"], two["BLOCK_TAIL"]
+        # argmax / argmin keep an index beside each value: half the values per thread
+        live = 32 if op._mm.get("arg_reduction") else 128
         for strategy in ("single_pass", "looped"):
             blocks = [p2] if strategy == "single_pass" else [b for b in (1024, 2048, 4096, 8192,
                                                                           16384) if b < p2]
@@ -369,7 +373,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                     for w in warps_ok:
                         threads = w * warp
                         per_thread = rows * block / threads
-                        if strategy == "single_pass" and per_thread > 128:
+                        if strategy == "single_pass" and per_thread > live:
                             continue  # registers: would spill
                         if per_thread < 1 or (strategy == "looped" and rows > 1):
                             continue  # idle lanes / looped keeps one row per program
@@ -390,7 +394,7 @@ def space(op: GeneratedOp, hw: HardwareModel, inputs: Sequence[Any],
                                             "BLOCK_N": block, "num_warps": w, "num_stages": st,
                                             "PROGRAMS_PER_SM": per_sm})
                                 _add_lanes(out[-1], op, eb, warp)
-                            if head + tail < p2 and rows * (head + tail) / threads <= 128 \
+                            if head + tail < p2 and rows * (head + tail) / threads <= live \
                                     and rows * head >= threads:
                                 # the same row as a head and a tail block, no masked lanes
                                 # in registers (5120 = 4096 + 1024 instead of 8192)

@@ -104,11 +104,21 @@ def test_max_over_a_dim_values_only_passes_all_stages(tmp_path: Path) -> None:
     assert report.passed, report.summary()
 
 
+@pytest.mark.parametrize("body", [
+    MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmax(x, dim=self.dim)"),
+    MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmin(x, dim=self.dim)"),
+], ids=["argmax", "argmin"])
+def test_argmax_argmin_over_a_dim_pass_all_stages(tmp_path: Path, body: str) -> None:
+    # KernelBench 51/52's form (the dim from get_init_inputs, an int64 output compared exactly)
+    report = _check(_problem(tmp_path, "6_ArgDim.py", body))
+    assert report.passed, report.summary()
+
+
 @pytest.mark.parametrize("body, needle", [
     (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.min(x, dim=self.dim)[1].float()"),
      "indices of min"),
-    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmax(x, dim=self.dim)"),
-     "argmax"),
+    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmax(x)"),
+     "argmax over all dims"),
     (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.cummax(x, dim=self.dim)[0]"),
      "aten.cummax"),
 ])

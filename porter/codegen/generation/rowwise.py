@@ -22,6 +22,7 @@ from porter.codegen.op import GeneratedOp
 from porter.codegen.op import KernelInfo
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import row_plan
+from porter.codegen.rowwise import argreduce
 from porter.codegen.templates import ENV
 
 
@@ -39,7 +40,10 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
     n_cols_val = int(sympy.sympify(n_cols).subs(subs))
     row_align = _align("n_cols", args,
                        skip=_scalar_strides(args, ex, n_rows_val, n_cols_val, last_dim))
+    # the (value, index) combines of the argmax / argmin reductions (rowwise.argreduce)
+    arg_kinds = sorted({r.attrs["kind"] for r in plan.main} & set(argreduce.ARG_KINDS))
     column_ctx = {"columns": column is not None,
+                  "arg_combines": [(k, argreduce.BETTER[k]) for k in arg_kinds],
                   "fold_args": ", words, stamp" if bodies.post else ""}
     if column is not None:
         column_align = _align("n_inner", column.args, "\n".join(column.coord_lines + column.body))
@@ -118,7 +122,8 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
               "hoist": bodies.single_hoisted is not None,
               "one_round_variance": bodies.one_round_variance, "columns": column is not None,
               "looped_l2": _looped_l2(bodies, plan), "split_row": bodies.split is not None,
-              "split_why_not": bodies.split_why_not, "split_coop": _split_coop(bodies, plan)}
+              "split_why_not": bodies.split_why_not, "split_coop": _split_coop(bodies, plan),
+              "arg_reduction": bool(arg_kinds)}
     return op
 
 

@@ -107,6 +107,10 @@ def _render_rowwise(op: GeneratedOp, cfg: MetalConfig, io: torch.dtype, args: Ke
     g = op.graph
     plan = op.plan
     assert plan is not None
+    arg = next((r for r in plan.main if r.attrs["kind"] in ("argmax", "argmin")), None)
+    if arg is not None:
+        raise UnsupportedOpError(arg.origin, f"{arg.attrs['kind']} has no Metal template (the "
+                                 "Triton row kernels cover it)")
     em = Emitter(g, args, full_mask=None, row_mask=None, dialect="metal")
     coord_lines, rc = rowwise.row_coords(plan, args, dialect="metal")
     coord_lines = [re.sub(r"^long ", "const idx_t ", ln) for ln in coord_lines]

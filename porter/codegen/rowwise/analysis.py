@@ -15,8 +15,11 @@ from porter.codegen.ir import Node
 from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 
-IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')"}
-IDENTITY_VALUE = {"sum": 0.0, "max": float("-inf"), "min": float("inf")}
+# argmax / argmin (rowwise.argreduce) take their value's identity; they have no COMBINE/REDUCE
+IDENTITY = {"sum": "0.0", "max": "float('-inf')", "min": "float('inf')",
+            "argmax": "float('-inf')", "argmin": "float('inf')"}
+IDENTITY_VALUE = {"sum": 0.0, "max": float("-inf"), "min": float("inf"),
+                  "argmax": float("-inf"), "argmin": float("inf")}
 COMBINE = {"sum": "{a} + {b}", "max": "tl.maximum({a}, {b})", "min": "tl.minimum({a}, {b})"}
 REDUCE = {"sum": "tl.sum", "max": "tl.max", "min": "tl.min"}
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
+from porter.codegen.rowwise import argreduce
 from porter.codegen.rowwise.analysis import COMBINE
 from porter.codegen.rowwise.analysis import IDENTITY
 from porter.codegen.rowwise.analysis import REDUCE
@@ -74,6 +75,13 @@ def close_loop(em: Emitter) -> None:
 def looped_reduce(rg: RowGen, em: Emitter, r: Node, span: Span = ROW) -> None:
     """r over the row's chunks: a per-lane accumulator, reduced once after the loop."""
     kind = r.attrs["kind"]
+    if argreduce.is_arg(r):
+        argreduce.looped_init(em, r)
+        open_loop(em, span)
+        argreduce.looped_step(em, r, lanes_as_identity(em, em.eval(r.args[0], rg.full), kind))
+        close_loop(em)
+        em.reduced[r.id] = argreduce.looped_result(em, r)
+        return
     em.emit(f"acc = tl.full([ROWS, BLOCK_N], {IDENTITY[kind]}, tl.float32)")
     open_loop(em, span)
     v = lanes_as_identity(em, em.eval(r.args[0], rg.full), kind)

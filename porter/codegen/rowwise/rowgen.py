@@ -13,6 +13,7 @@ from porter.codegen.ir import Node
 from porter.codegen.kernel_args import KernelArgs
 from porter.codegen.plan import RowPlan
 from porter.codegen.plan import unflattens
+from porter.codegen.rowwise import argreduce
 from porter.codegen.rowwise.analysis import COMBINE
 from porter.codegen.rowwise.analysis import IDENTITY
 from porter.codegen.rowwise.analysis import IDENTITY_VALUE
@@ -167,16 +168,22 @@ def reduce_blocks(rg: RowGen, em: Emitter, r: Node, blocks: Blocks) -> int:
     """r reduced over each block of the row, the partial results combined; returns how many
     blocks needed a select of their masked lanes."""
     kind = r.attrs["kind"]
-    parts, selects = [], 0
+    parts, pairs, selects = [], [], 0
     for block_coords, block_mask in blocks:
         em.full_mask = block_mask
         v = em.eval(r.args[0], block_coords)
         if not masked_lanes_hold_identity(em, r, v, rg.pairs, block_coords):
             selects += 1
             v = f"tl.where({block_mask}, {v}, {IDENTITY[kind]})"
+        if argreduce.is_arg(r):
+            pairs.append(argreduce.block_pairs(em, r, v, block_coords[rg.plan.dim]))
+            continue
         v = f"({v}).to(tl.float32)" if kind == "sum" else v
         parts.append(f"{REDUCE[kind]}({v}, axis=1)[:, None]")
     em.full_mask = blocks[0][1]
+    if pairs:
+        em.reduced[r.id] = argreduce.combine_blocks(em, r, pairs)
+        return selects
     combined = parts[0] if len(parts) == 1 else COMBINE[kind].format(a=parts[0], b=parts[1])
     em.reduced[r.id] = em.tmp(combined, "red")
     return selects

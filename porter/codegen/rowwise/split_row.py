@@ -88,6 +88,10 @@ def why_not(rg: RowGen) -> str | None:
                 "stamps, which the split kernels do not write")
     if plan.dim != len(plan.space) - 1:
         return "the reduced dim is not the innermost: a chunk of a row would be strided"
+    arg = next((r for r in plan.main if r.attrs["kind"] in ("argmax", "argmin")), None)
+    if arg is not None:
+        return (f"{arg.attrs['kind']} returns an index, which the fp32 workspace of partials "
+                "does not carry")
     ids = {r.id for r in plan.main}
     partner = {s.id: m for m, s in (*rg.pairs.items(), *rg.ssq.items(), *rg.variance.items())}
     for r in plan.main:
