@@ -209,15 +209,16 @@ class Lowering(IRBuilder):
         if name == "where":
             return self.pw("where", *args[:3], like=val.dtype, origin=origin)
         if name in ("max", "min") and isinstance(val, (tuple, list)):
-            # torch.max(x, dim) -> (values, indices): the values are an amax/amin; the indices
-            # stay a marker that fails only if something reads them (`torch.max(x, 1)[0]` works).
+            # torch.max(x, dim) -> (values, indices): an amax/amin and an argmax/argmin, each
+            # traced only if something reads it
             dim = args[1]
             keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))
             values = self.reduce("max" if name == "max" else "min", x, [dim], keep, origin,
                                  dtype=val[0].dtype)
-            return (values, Uncovered(origin, f"the indices of {name} along a dim are not covered "
-                                               "(no template returns an index); use amax/amin for "
-                                               "the values"))
+            if not x.dtype.is_floating_point:
+                return (values, Uncovered(origin, f"the indices of {name} of {x.dtype} are not "
+                                                  "covered (float inputs only)"))
+            return (values, self.reduce("arg" + name, x, [dim], keep, origin, dtype=val[1].dtype))
         if name in ("argmax", "argmin"):
             dim = args[1] if len(args) > 1 else kw.get("dim")
             keep = bool(args[2] if len(args) > 2 else kw.get("keepdim", False))

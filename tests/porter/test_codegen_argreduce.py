@@ -159,6 +159,26 @@ def test_argreduce_with_a_fused_prologue(fn, dim) -> None:
     run_all(fn, (x, y), f"ar_{fn.__name__}", dim)
 
 
+def max_indices1(x):
+    return torch.max(x, dim=1)[1]
+
+
+def min_values_and_indices_last(x):
+    return torch.min(x, dim=-1)
+
+
+def test_indices_of_max_and_min_along_a_dim() -> None:
+    x = values((3, 33, 37), "ties", seed=5)
+    run_all(max_indices1, (x,), "ar_max_indices", 1)
+    op = generate(min_values_and_indices_last, (x,), name="ar_min_both")
+    mod = load_generated_module(op.triton_module_source(), "ar_min_both", interpret=True)
+    for cfg in (None, {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16, "num_warps": 1,
+                       "num_stages": 1}):
+        got_v, got_i = mod.launch(x, config=cfg)
+        want_v, want_i = torch.min(x, dim=-1)
+        assert torch.equal(got_v, want_v) and torch.equal(got_i, want_i), cfg
+
+
 def test_argreduce_16_bit_inputs() -> None:
     x = values((2, 33, 40), "nan", seed=4).to(torch.bfloat16)
     run_all(argmax1, (x,), "ar_bf16", 1)

@@ -115,8 +115,8 @@ def test_argmax_argmin_over_a_dim_pass_all_stages(tmp_path: Path, body: str) -> 
 
 
 @pytest.mark.parametrize("body, needle", [
-    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.min(x, dim=self.dim)[1].float()"),
-     "indices of min"),
+    (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]",
+                     "torch.min(x.int(), dim=self.dim)[1].float()"), "indices of min"),
     (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.argmax(x)"),
      "argmax over all dims"),
     (MAX_DIM.replace("torch.max(x, dim=self.dim)[0]", "torch.cummax(x, dim=self.dim)[0]"),
