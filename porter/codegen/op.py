@@ -218,8 +218,9 @@ class GeneratedOp:
         knobbed = any("TF32X3" in ki.constexprs for ki in self.kernels)
         tf32x3 = bool(config.get("tf32x3")) and not config.get("ieee", b.dtype == torch.float32)
         padded = swap = False
-        pad = knobbed and not batched and ka != kb and m and n and k and config.get("PAD_K", tf32x3 and (
-            heuristics.pad_k(m, n, k, (a.stride(am), a.stride(ak)), (b.stride(bk), b.stride(bn)))))
+        pad = knobbed and not batched and ka != kb and m and n and k and config.get(
+            "PAD_K", tf32x3 and heuristics.pad_k(m, n, k, (a.stride(am), a.stride(ak)),
+                                                 (b.stride(bk), b.stride(bn))))
         if pad:
             k, padded = -(-k // block_k) * block_k, True
             a, b = _kmajor_meta(a, am, ak, m, k), _kmajor_meta(b, bn, bk, n, k)
@@ -227,8 +228,8 @@ class GeneratedOp:
             swap = bool(config.get("SWAP_AB", tf32x3 and not config.get("B_KMAJOR", False)
                                    and heuristics.swap_ab(0 if batched else m, a.stride(ak),
                                                           b.stride(bk))))
-            if tf32x3 and not swap and not batched and b.stride(bk) != 1 and b.numel() and config.get(
-                    "B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
+            if tf32x3 and not swap and not batched and b.stride(bk) != 1 and b.numel() and \
+                    config.get("B_KMAJOR", heuristics.b_kmajor_copy(m, b.stride(bk))):
                 b = _kmajor_meta(b, bn, bk, n, k)
         split = 1 if batched else config.get("SPLIT_K")
         if split is None:

@@ -18,8 +18,8 @@ import torch  # noqa: E402
 import hwmodels  # noqa: E402
 from porter.codegen import generate  # noqa: E402
 from porter.codegen import load_generated_module  # noqa: E402
-from porter.codegen.errors import UnsupportedOpError  # noqa: E402
 from porter.codegen.checks import torch_math_calls  # noqa: E402
+from porter.codegen.errors import UnsupportedOpError  # noqa: E402
 
 
 def argmax0(x):
@@ -123,12 +123,13 @@ def run_all(fn, inputs: tuple[torch.Tensor, ...], name: str, dim: int) -> list[s
 
 
 SHAPES = [(3, 67, 37), (5, 17, 153)]
-FNS = [(argmax0, 0), (argmax1, 1), (argmax2, 2), (argmin0, 0), (argmin1, 1), (argmin_last, -1)]
+FNS = [(argmax0, 0), (argmax1, 1), (argmax2, 2), (argmin1, 1), (argmin_last, -1)]
 
 
-# every kind of values at the first shape, NaNs (with ties around them) at the second: the
-# interpreter runs each strategy's kernels, so the cases stay few and small
-CASES = [(SHAPES[0], "ties"), (SHAPES[0], "nan"), (SHAPES[0], "inf"), (SHAPES[1], "nan")]
+# ties at the first shape, NaNs (with ties around them) at the second, +-inf for one argmax and
+# one argmin below: the interpreter runs each strategy's kernels (20-40 s a case on a CI core),
+# so the cases stay few and small
+CASES = [(SHAPES[0], "ties"), (SHAPES[1], "nan")]
 
 
 @pytest.mark.parametrize(("shape", "kind"), CASES,
@@ -144,6 +145,11 @@ def test_argreduce_matches_torch_exactly_in_every_strategy(fn, dim, shape, kind)
         assert "single_pass" in ran
 
 
+@pytest.mark.parametrize(("fn", "dim"), [(argmax2, 2), (argmin0, 0)])
+def test_argreduce_with_infinities(fn, dim) -> None:
+    run_all(fn, (values(SHAPES[0], "inf"),), f"ar_inf_{fn.__name__}", dim)
+
+
 @pytest.mark.parametrize(("fn", "dim"), [(argmax1_keep, 1), (argmin_last_keep, -1)])
 def test_argreduce_keepdim(fn, dim) -> None:
     x = values((3, 65, 37), "nan", seed=1)
@@ -153,7 +159,7 @@ def test_argreduce_keepdim(fn, dim) -> None:
 
 @pytest.mark.parametrize(("fn", "dim"), [(argmax_prologue1, 1), (argmin_prologue_last, 2)])
 def test_argreduce_with_a_fused_prologue(fn, dim) -> None:
-    x, y = values((3, 33, 129), "ties", seed=2), values((3, 33, 129), "nan", seed=3)
+    x, y = values((3, 17, 65), "ties", seed=2), values((3, 17, 65), "nan", seed=3)
     op = generate(fn, (x, y), name=f"ar_{fn.__name__}")
     assert op.family == "rowwise"
     run_all(fn, (x, y), f"ar_{fn.__name__}", dim)
