@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from bench.configs import case_parser
 from bench.configs import case_rows
 from bench.configs import check_config
 from bench.configs import local_gpu
@@ -166,13 +166,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     cases = _cases()
-    ap = argparse.ArgumentParser(prog="python -m bench.align_ab",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
-                    + ", ".join(c.name for c in cases))
-    ap.add_argument("--reps", type=int, default=30)
-    args = ap.parse_args(argv)
+    args = case_parser("align_ab", __doc__, cases, reps=30).parse_args(argv)
     cases = select_cases(cases, args.cases, "align_ab")
     det = local_gpu("align_ab")
     args.out.mkdir(parents=True, exist_ok=True)

@@ -31,11 +31,11 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench.configs import case_parser
 from bench.configs import case_rows
 from bench.configs import check_config
 from bench.configs import local_gpu
@@ -188,16 +188,11 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m bench.column_reductions",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
-                    + ", ".join(c.name for c in CASES))
+    ap = case_parser("column_reductions", __doc__, CASES, reps=20)
     ap.add_argument("--columns", type=int, default=6,
                     help="column configs tried besides the default")
     ap.add_argument("--top", type=int, default=3, help="column configs in the final timing")
     ap.add_argument("--screen-reps", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = ap.parse_args(argv)
     cases = select_cases(CASES, args.cases, "column_reductions")

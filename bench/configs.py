@@ -1,11 +1,13 @@
-"""What bench/long_rows.py, bench/column_reductions.py and bench/align_ab.py share: picking the
-cases named on the command line, the local GPU and its hardware model, checking a generated
-module's configs before timing them (each run once, its first rows compared against a float64
-reference; a config that raises or is wrong becomes a result row, not a crash), and the run
-record (a meta line, then each case's rows appended to a jsonl as soon as the case is done)."""
+"""What bench/long_rows.py, bench/column_reductions.py, bench/align_ab.py and
+bench/matmul_knobs.py share: their command line (--out, --cases, --reps) and picking the cases
+it names, the local GPU and its hardware model, checking a generated module's configs before
+timing them (each run once, its first rows compared against a float64 reference; a config that
+raises or is wrong becomes a result row, not a crash), and the run record (a meta line, then
+each case's rows appended to a jsonl as soon as the case is done)."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from collections.abc import Callable
@@ -64,6 +66,18 @@ def run_cases(path: Path, det: Any, hw: Any, reps: int, cases: Sequence[Any],
                 sink.write(json.dumps(r, default=str) + "\n")
             sink.flush()
             show(rows)
+
+
+def case_parser(prog: str, doc: str, cases: Sequence[Any], reps: int) -> argparse.ArgumentParser:
+    """The shared command line of `python -m bench.<prog>`: --out (the results folder), --cases
+    (names among `cases`) and --reps (timed repetitions, default `reps`); the script adds its
+    own options. The description is `doc`'s first paragraph."""
+    ap = argparse.ArgumentParser(prog=f"python -m bench.{prog}", description=doc.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
+                    + ", ".join(c.name for c in cases))
+    ap.add_argument("--reps", type=int, default=reps)
+    return ap
 
 
 def select_cases(cases: Sequence[Any], names: str, prog: str) -> list[Any]:

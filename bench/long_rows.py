@@ -26,12 +26,12 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 
+from bench.configs import case_parser
 from bench.configs import case_rows
 from bench.configs import check_config
 from bench.configs import local_gpu
@@ -219,17 +219,12 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     cases = _cases()
-    ap = argparse.ArgumentParser(prog="python -m bench.long_rows", description=__doc__.split(
-        "\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
-                    + ", ".join(c.name for c in cases))
+    ap = case_parser("long_rows", __doc__, cases, reps=20)
     ap.add_argument("--per-family", type=int, default=2,
                     help="configs tried per existing family (the default among them)")
     ap.add_argument("--per-new", type=int, default=3,
                     help="configs tried per long-row family (" + ", ".join(NEW) + ")")
     ap.add_argument("--screen-reps", type=int, default=5)
-    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--no-compile", action="store_true", help="leave out torch.compile")
     args = ap.parse_args(argv)
     cases = select_cases(cases, args.cases, "long_rows")

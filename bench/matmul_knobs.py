@@ -30,11 +30,11 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from bench.configs import case_parser
 from bench.configs import case_rows
 from bench.configs import local_gpu
 from bench.configs import run_cases
@@ -204,13 +204,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     cases = _cases()
-    ap = argparse.ArgumentParser(prog="python -m bench.matmul_knobs",
-                                 description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--cases", default="", help="comma-separated case names (default: all): "
-                    + ", ".join(c.name for c in cases))
-    ap.add_argument("--reps", type=int, default=20)
-    args = ap.parse_args(argv)
+    args = case_parser("matmul_knobs", __doc__, cases, reps=20).parse_args(argv)
     cases = select_cases(cases, args.cases, "matmul_knobs")
     det = local_gpu("matmul_knobs")
     torch.backends.cuda.matmul.allow_tf32 = False  # eager is exact fp32, as KernelBench runs it
