@@ -14,7 +14,7 @@ def _next_pow2(n):
 
 
 def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
-                    full_output=True, one_round_variance=False, two_block=False):
+                    full_output=True, one_round_variance=False, unmeasured=False):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
     From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
@@ -31,22 +31,24 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
     chose at width 32768 on the H100 and H200 (bench/NOTES.md items 37, 40); at 4096-5120 it
     was slower on the H200.
 
-    Rows wider than 4096 that are not a power of two (`two_block`: the generated module's own
-    launcher, whose config then comes from this rule alone; the port's search starts from the
-    single pass and measures the two_block form beside it) are held as a head and a tail block with about 40 values per thread
-    (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096 at 16 warps), where the single pass
-    masks up to half its lanes: the port's pick at 5120 on the H100 and H200 (items 27, 49),
-    and at 4096 x 20000 bf16 softmax 108.9 us against the single pass's 131.4 (item 57). With
-    a mean and a variance (layernorm) rows wider than 16384 loop over 8192-column chunks at 16
-    values per thread instead: 120.5 us at 4096 x 20000 against 143 for two blocks (item 57).
-    Ops that only reduce take 64 values per thread in single-pass rows of 4096-8192 columns:
-    cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3 (item 57).
+    Where nothing was measured (`unmeasured`: the generated launcher called with no config, as
+    at a shape no bucket was ported for; the port's search starts from the rules above and
+    measures these forms beside them), two more rules from a sweep at such shapes (item 57):
+    - rows wider than 4096 that are not a power of two are held as a head and a tail block
+      with about 40 values per thread (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096
+      at 16 warps), where the single pass masks up to half its lanes: the port's pick at 5120
+      on the H100 and H200 (items 27, 49), and at 4096 x 20000 bf16 softmax 108.9 us against
+      the single pass's 131.4. With a mean and a variance (layernorm), rows wider than 16384
+      loop over 8192-column chunks at 16 values per thread instead: 120.5 us at 4096 x 20000
+      against 143 for two blocks;
+    - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
+      columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3.
     """
     cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
     max_warps = max(1, max_threads // warp_size)
     block = cfg["BLOCK_N"]
     head, tail = block // 2, _next_pow2(max(n_cols - block // 2, 1))
-    if two_block and last_dim and full_output and cfg["strategy"] == "single_pass" \
+    if unmeasured and last_dim and full_output and cfg["strategy"] == "single_pass" \
             and n_cols > 4096 and head + tail < block:
         if one_round_variance and n_cols > 16384:
             cfg = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192,
@@ -58,7 +60,8 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
                 warps *= 2
             cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": head, "BLOCK_TAIL": tail,
                    "num_warps": warps, "num_stages": 1}
-    elif not full_output and last_dim and cfg["strategy"] == "single_pass" and block >= 4096:
+    elif unmeasured and not full_output and last_dim and cfg["strategy"] == "single_pass" \
+            and block >= 4096:
         cfg["num_warps"] = max(1, min(max_warps, cfg["ROWS"] * block // (64 * warp_size)))
     if one_round_variance and n_cols > 8192:
         cfg["VAR1"] = True

@@ -167,38 +167,42 @@ def test_rowwise_default_follows_the_sweep_rules() -> None:
     assert rowwise_default(4096, 8192, 2, True, full_output=False)["strategy"] == "single_pass"
 
 
-def test_rowwise_default_holds_rows_that_are_not_a_power_of_two_in_two_blocks() -> None:
+def test_unmeasured_rowwise_default_holds_rows_not_a_power_of_two_in_two_blocks() -> None:
     from porter.codegen.heuristics import rowwise_default
 
     # about 40 values per thread over the head and tail blocks (bench/NOTES.md item 57)
-    assert rowwise_default(8192, 5120, 2, True, two_block=True) == {
+    assert rowwise_default(8192, 5120, 2, True, unmeasured=True) == {
         "strategy": "two_block", "ROWS": 1, "BLOCK_N": 4096, "BLOCK_TAIL": 1024,
         "num_warps": 4, "num_stages": 1}
-    wide = rowwise_default(4096, 20000, 2, True, two_block=True)
+    wide = rowwise_default(4096, 20000, 2, True, unmeasured=True)
     assert (wide["BLOCK_N"], wide["BLOCK_TAIL"], wide["num_warps"]) == (16384, 4096, 16)
-    assert rowwise_default(4096, 20000, 2, True, warp_size=64, two_block=True)["num_warps"] == 8
+    assert rowwise_default(4096, 20000, 2, True, warp_size=64, unmeasured=True)["num_warps"] == 8
     # a power of two, a head and tail no smaller than the block, narrow rows, another
     # reduced dim, or a module without the kernel: the single pass as before
     for n_cols, last_dim in ((8192, True), (14000, True), (3000, True), (20000, False)):
-        cfg = rowwise_default(4096, n_cols, 2, last_dim, two_block=True)
+        cfg = rowwise_default(4096, n_cols, 2, last_dim, unmeasured=True)
         assert cfg["strategy"] == "single_pass", (n_cols, last_dim)
     assert rowwise_default(4096, 20000, 2, True)["strategy"] == "single_pass"
     # a mean and a variance over rows wider than 16384: 8192-column chunks, one reduction
-    ln = rowwise_default(4096, 20000, 2, True, one_round_variance=True, two_block=True)
+    ln = rowwise_default(4096, 20000, 2, True, one_round_variance=True, unmeasured=True)
     assert ln == {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 16,
                   "num_stages": 1, "VAR1": True}
     assert rowwise_default(1000, 12288, 2, True, one_round_variance=True,
-                           two_block=True)["strategy"] == "two_block"
+                           unmeasured=True)["strategy"] == "two_block"
 
 
-def test_rowwise_default_gives_reductions_64_values_per_thread() -> None:
+def test_unmeasured_rowwise_default_gives_reductions_64_values_per_thread() -> None:
     from porter.codegen.heuristics import rowwise_default
 
-    assert rowwise_default(10000, 4096, 2, True, full_output=False)["num_warps"] == 2
-    assert rowwise_default(10000, 8192, 2, True, full_output=False)["num_warps"] == 4
-    # narrower rows keep 16 per thread; an op writing rows is unchanged
-    assert rowwise_default(4097, 1537, 2, True, full_output=False)["num_warps"] == 4
-    assert rowwise_default(10000, 4096, 2, True)["num_warps"] == 8
+    def warps(n_rows, n_cols, **kw):
+        return rowwise_default(n_rows, n_cols, 2, True, unmeasured=True, **kw)["num_warps"]
+
+    assert warps(10000, 4096, full_output=False) == 2
+    assert warps(10000, 8192, full_output=False) == 4
+    # narrower rows keep 16 per thread; an op writing rows, or the port's anchor, is unchanged
+    assert warps(4097, 1537, full_output=False) == 4
+    assert warps(10000, 4096) == 8
+    assert rowwise_default(10000, 4096, 2, True, full_output=False)["num_warps"] == 8
 
 
 def test_hoist_is_offered_where_a_load_can_move_first(rms_op, tmp_path: Path) -> None:
