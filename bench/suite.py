@@ -71,11 +71,19 @@ OPS: dict[str, dict[str, Any]] = {
 UNSEEN_ROWS = [(10000, 3000), (3000, 6144), (1000, 12288), (4096, 20000), (10000, 4096),
                (1000, 8192)]
 VOCAB = [(4096, 50257), (1024, 151936)]
+# Shapes the launcher's unmeasured rules (heuristics.rowwise_default, bench/NOTES.md item 57)
+# were NOT swept at: the rows above at 12288-151936 columns were, so these check that the rules
+# hold elsewhere (two blocks at 24000 and 9000, a reduction at 6000, Falcon's 65024 vocabulary).
+SWEPT = [(4096, 20000), (10000, 4096), (1000, 12288), *VOCAB]
+HELD_OUT = [(2500, 24000), (8000, 9000), (20000, 6000)]
+VOCAB_HELD_OUT = [(4096, 65024)]
 UNSEEN: dict[str, dict[str, Any]] = {
-    "rmsnorm": {"shapes": UNSEEN_ROWS, "fp32": [(3000, 6144)]},
-    "layernorm": {"shapes": UNSEEN_ROWS, "fp32": [(3000, 6144)]},
-    "softmax": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": [(3000, 6144)]},
-    "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB, "fp32": []},  # ported in bf16 only
+    "rmsnorm": {"shapes": UNSEEN_ROWS + HELD_OUT, "fp32": [(3000, 6144)]},
+    "layernorm": {"shapes": UNSEEN_ROWS + HELD_OUT, "fp32": [(3000, 6144)]},
+    "softmax": {"shapes": UNSEEN_ROWS + VOCAB + HELD_OUT + VOCAB_HELD_OUT,
+                "fp32": [(3000, 6144)]},
+    # ported in bf16 only
+    "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB + HELD_OUT + VOCAB_HELD_OUT, "fp32": []},
 }
 EVENTS_METHOD = ("CUDA events with a device-side head start (host launch overhead excluded for "
                  "all providers)")
@@ -154,7 +162,7 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for (op, shape, dtype), prov in by_key.items():
         ours = prov.get("ported")
         if ours is None or ours.get("median_ms") is None:
-            table.append([op, "x".join(map(str, shape)), dtype, "FAILED"] + [""] * 8)
+            table.append([op, "x".join(map(str, shape)), dtype, "", "FAILED"] + [""] * 8)
             continue
 
         def sp(name: str, _ours: dict[str, Any] = ours) -> float | None:
@@ -251,7 +259,7 @@ def summarize_unseen(rows: list[dict[str, Any]]) -> list[str]:
         name = f"{op} {'x'.join(map(str, shape))} {dtype}"
         ours = prov.get("ported")
         if ours is None or ours.get("median_ms") is None:
-            table.append([op, "x".join(map(str, shape)), dtype, "FAILED"] + [""] * 8)
+            table.append([op, "x".join(map(str, shape)), dtype, "", "FAILED"] + [""] * 8)
             slower.append(f"{name}: failed")
             continue
         eager = (ours["speedup"].get("eager") or [None])[0]
@@ -277,11 +285,13 @@ def summarize_unseen(rows: list[dict[str, Any]]) -> list[str]:
         def f(x: float | None, spec: str = ".2f") -> str:
             return "-" if x is None else format(x, spec)
 
-        table.append([op, "x".join(map(str, shape)), dtype, how, ours.get("bucket", "-"),
+        held = ("held out" if tuple(shape) in HELD_OUT + VOCAB_HELD_OUT else
+                "swept" if tuple(shape) in SWEPT else "-")
+        table.append([op, "x".join(map(str, shape)), dtype, held, how, ours.get("bucket", "-"),
                       f(ours["median_ms"], ".4f"), f(ours["bytes_moved"] / 2**20, ".0f"),
                       f(ours["pct_measured_peak"], ".1f"), f(of_copy, ".1f"), f(eager),
                       f(comp), f(kernel_eager)])
-    headers = ["op", "shape", "dtype", "pack ran", "nearest bucket", "ours ms", "MB",
+    headers = ["op", "shape", "dtype", "rules", "pack ran", "nearest bucket", "ours ms", "MB",
                "% measured", "% of copy", "x eager", "x compile", "kernel x eager"]
     return [
         "## Shapes no spec lists (`--unseen`, issue 31)", "",
@@ -290,7 +300,9 @@ def summarize_unseen(rows: list[dict[str, Any]]) -> list[str]:
         "config, or the reference op where the pack's measurements estimated eager faster "
         "(docs/PACKS.md, \"Shapes no bucket was ported for\"). \"kernel x eager\": the "
         "pack's kernel against eager, timed beside where the pack ran the reference op (the "
-        "check of that estimate).", "",
+        "check of that estimate). \"rules\": \"swept\" where the launcher's unmeasured "
+        "rules were swept at the shape (bench/NOTES.md item 57), \"held out\" where they "
+        "were not, to check them.", "",
         tabulate(table, headers=headers, tablefmt="github"), "",
         "- unseen rows slower than eager (target: none): " +
         ("none" if not slower else "; ".join(slower)),

@@ -121,12 +121,13 @@ def test_unseen_rows_get_their_own_table_and_targets() -> None:
     spec_part, unseen_part = text.split("## Shapes no spec lists")
     assert summarize(spec_rows, META) == spec_part.rstrip("\n") + "\n"  # the suite's as before
     table = [line for line in unseen_part.splitlines() if line.startswith("| softmax")]
-    assert [c.strip() for c in table[0].split("|")][4] == "derived config"
+    assert [c.strip() for c in table[0].split("|")][4:6] == ["-", "derived config"]
+    assert [c.strip() for c in table[1].split("|")][4] == "swept"  # item 57's sweep had it
     assert "reference (pack: eager estimated faster)" in table[1]
-    assert [c.strip() for c in table[0].split("|")][12] == "1.4"  # ran the kernel: x eager
-    assert [c.strip() for c in table[1].split("|")][12] == "0.8"  # the estimate held
+    assert [c.strip() for c in table[0].split("|")][13] == "1.4"  # ran the kernel: x eager
+    assert [c.strip() for c in table[1].split("|")][13] == "0.8"  # the estimate held
     cells = [c.strip() for c in table[2].split("|")]
-    assert cells[4] == "same-width bucket" and float(cells[9]) == 90.0  # % of copy
+    assert cells[5] == "same-width bucket" and float(cells[10]) == 90.0  # % of copy
     assert "slower than eager (target: none): softmax 1000x8192 bf16: 0.80x (same-width " \
         "bucket)" in unseen_part
     assert "under 85% of copy bandwidth (target: none): none" in unseen_part
