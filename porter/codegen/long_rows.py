@@ -21,17 +21,21 @@ the Metal backend has its own space (`porter.codegen.metal.variant_space`).
   grid at RESIDENT_BYTES // row bytes programs, so that the second read of a row hits L2 (DRAM
   traffic ~2N instead of 3N); PROGRAMS_PER_SM (the other cap); BLOCK_N and warps as the looped
   kernel's.
-- split_coop (`_triton_rowwise_long.py.j2`, the split row's two bodies in one kernel): each
-  row in chunks of one BLOCK_N block, one program each, co-resident (a cooperative launch), a
-  row's programs exchanging their partials behind a per-row counter: one DRAM read of the row
-  where the looped kernel reads it twice (bench/NOTES.md item 51: 81-87% of copy at 4096 x
-  50,257-151,936 softmax fp32 on the H100, where every other family reaches 58-64%). Offered on
-  CUDA Triton backends only (HIP is unverified), where split_row's graph check passes, the op
-  writes full rows (a reduction-only op is read once already) and rows have MIN_COOP_COLS+
-  columns. Knobs: BLOCK_N (COOP_BLOCKS) with SPLIT = cdiv(n_cols, BLOCK_N), warps (COOP_WARPS,
-  4 to 64 values per thread), PROGRAMS_PER_SM (COOP_PER_SM), where a row's chunks fit on the
-  device at once (SMs x PROGRAMS_PER_SM). The compile tier rejects a config whose compiled
-  kernel fits fewer programs per SM than it asks (`coop_misfit`): the driver would refuse it.
+- split_coop (`rowwise/coop.py`, `_triton_rowwise_long.py.j2`): each row in chunks of one
+  BLOCK_N block, one program each, co-resident (a cooperative launch). A program loads its
+  chunk once and keeps it in registers, as the one-block kernels keep a row: it reduces the
+  chunk to the split row's partials in a workspace, waits at a per-row counter for the row's
+  other programs (release add, acquire poll), combines the row's partials and writes its
+  outputs from the registers: one DRAM read of the row where the looped kernel reads it twice.
+  The probe of this form reached 81-87% of copy at 4096 x 50,257-151,936 softmax fp32 on the
+  H100, where every other family reaches 58-64% and a first split_coop that re-read its chunk
+  after the barrier 65-72% (bench/NOTES.md items 51-52). Offered on CUDA Triton backends only
+  (HIP is unverified), where split_row's graph check passes, the op writes full rows (a
+  reduction-only op is read once already) and rows have MIN_COOP_COLS+ columns. Knobs:
+  BLOCK_N (COOP_BLOCKS) with SPLIT = cdiv(n_cols, BLOCK_N), warps (COOP_WARPS, 4 to 64 values
+  per thread), PROGRAMS_PER_SM (COOP_PER_SM), where a row's chunks fit on the device at once
+  (SMs x PROGRAMS_PER_SM). The compile tier rejects a config whose compiled kernel fits fewer
+  programs per SM than it asks (`coop_misfit`): the driver would refuse it.
 
 `bench/long_rows.py` times each family against the others (split_row and looped_l2 on the
 H100: docs/BENCHMARKS.md, results/h100-2026-11-26-long-rows/).

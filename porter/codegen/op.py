@@ -449,6 +449,8 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         return False
     if name == "EVEN" and config["strategy"] == "columns":  # as its launcher sets it
         return heuristics.columns_full_blocks(int(ints["n_inner"]), int(ints["n_cols"]), config)
+    if name == "PHASE":  # split_coop's one launch on a GPU (1 and 2: the interpreter's two)
+        return 0
     if name == "SPLIT":  # the split row's partials per row, as its launcher sizes them
         _, chunks = heuristics.split_chunks(int(ints["n_cols"]), config["SPLIT"],
                                             config["BLOCK_N"])
@@ -463,7 +465,7 @@ def _const_value(name: str, config: dict[str, Any], inputs: Sequence[Any],
         lanes = config.get("LANES") or heuristics.looped_lanes(
             config["BLOCK_N"], config["num_warps"], first.element_size())
         vec = heuristics.looped_vec(lanes, first.element_size())
-        if config["strategy"] in ("single_pass", "persistent"):
+        if config["strategy"] in ("single_pass", "persistent", "split_coop"):
             lanes, vec = heuristics.thread_lanes(
                 lanes, first.element_size(), last_dim,
                 heuristics.rowwise_align(aligned[0], aligned[1:]), first.data_ptr())

@@ -56,8 +56,8 @@ def test_a_vocabulary_softmax_case_times_every_split_coop_config(monkeypatch) ->
 
     monkeypatch.setattr(harness.timing, "compare", fake_compare)
     # 2 rows of 16384 on an H100 of 4 SMs: every split_coop config is tried (chunks of 4096,
-    # 8192 or 16384 columns; 4, 2 or 1 per row), under the interpreter the split row's
-    # launches or, with one chunk, the coop kernel itself
+    # 8192 or 16384 columns; 4, 2 or 1 per row), under the interpreter in two launches of the
+    # coop kernel (partials, then apply) or, with one chunk, in its one launch
     h100 = hwmodels.get("h100")
     small = replace(h100, compute_units=replace(h100.compute_units, value=4))
     case = lr.Case("softmax_small", lr.softmax, (2, 16384), torch.float32)

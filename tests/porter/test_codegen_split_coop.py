@@ -1,11 +1,14 @@
-"""The split_coop family (issue 31): a long row's chunks over co-resident programs that
-exchange their partials behind a per-row counter in one cooperative launch, so that the row is
-read once (`_triton_rowwise_long.py.j2`, `porter/codegen/long_rows.py`).
+"""The split_coop family (issue 31): a long row's chunks of one block each over co-resident
+programs that keep their chunk in registers and exchange their partials behind a per-row
+counter in one cooperative launch, so that the row is read once (`porter/codegen/rowwise/coop.py`,
+`_triton_rowwise_long.py.j2`, `porter/codegen/long_rows.py`).
 
-On the CPU: the family's launcher under the interpreter (the split row's two launches on the
-same chunks where a row has several; the coop kernel itself where it has one, whose barrier
-opens at once) against float64, with `out` poisoned with NaN; what the search offers; and the
-kernel cross-compiled for sm_90 (fits, no spills, the release and the acquire in its PTX).
+On the CPU: the family's launcher under the interpreter against float64, with `out` poisoned
+with NaN. With one chunk a row the coop kernel runs as on a GPU, its barrier opening at once
+(PHASE 0); with several, the same kernel runs twice, every chunk's partials, then every
+chunk's apply (PHASES 1, 2: the interpreter runs programs one after another, so a barrier
+would never open). Also what the search offers, and the kernel cross-compiled for sm_90 (fits,
+no spills, the release and the acquire in its PTX, the chunk loaded once).
 `tests/porter/test_split_coop_gpu.py` runs it on a GPU.
 """
 
@@ -32,11 +35,15 @@ from tests.porter.test_codegen import rand  # noqa: E402
 from tests.porter.test_codegen_long_rows import _inputs  # noqa: E402
 from tests.porter.test_codegen_long_rows import cross_entropy  # noqa: E402
 from tests.porter.test_codegen_long_rows import cross_entropy_rows  # noqa: E402
+from tests.porter.test_codegen_long_rows import l1norm  # noqa: E402
+from tests.porter.test_codegen_long_rows import l2norm  # noqa: E402
 from tests.porter.test_codegen_long_rows import layernorm  # noqa: E402
 from tests.porter.test_codegen_long_rows import log_softmax  # noqa: E402
+from tests.porter.test_codegen_long_rows import rmsnorm  # noqa: E402
 from tests.porter.test_codegen_long_rows import softmax  # noqa: E402
 
 FP32, BF16 = torch.float32, torch.bfloat16
+ONE_LAUNCH, TWO_PHASES = [0], [1, 2]  # the PHASE of each launch of the coop kernel
 
 
 def _coop(block: int, cols: int, warps: int = 4, per_sm: int = 2) -> dict[str, Any]:
@@ -45,18 +52,35 @@ def _coop(block: int, cols: int, warps: int = 4, per_sm: int = 2) -> dict[str, A
             "PROGRAMS_PER_SM": per_sm}
 
 
+class _Recorded:
+    """A kernel whose launches record their PHASE, then run."""
+
+    def __init__(self, kernel: Any, phases: list[int]) -> None:
+        self.kernel, self.phases = kernel, phases
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            self.phases.append(kwargs["PHASE"])
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
 def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any],
-            split_row_runs: bool) -> tuple[torch.Tensor, ...]:
-    """The generated launcher's output into a NaN-poisoned `out`; asserts whether it ran the
-    split row's two launches (the interpreter's stand-in) or the coop kernel."""
+            phases: list[int]) -> tuple[torch.Tensor, ...]:
+    """The generated launcher's output into a NaN-poisoned `out`; asserts that it ran the coop
+    kernel with these PHASEs (one launch, or the interpreter's two)."""
     op = generate(fn, ex, name=name)
     mod = load_generated_module(op.triton_module_source(), name, interpret=True)
-    ran = []
-    two_launches = mod._launch_split_row
-    mod._launch_split_row = lambda *a: ran.append(1) or two_launches(*a)
-    out = tuple(torch.full(s, float("nan"), dtype=d) for s, d in op.output_spec(ex))
-    got = mod.launch(*ex, out=out if len(out) > 1 else out[0], config=cfg)
-    assert bool(ran) == split_row_runs
+    kname = next(k for k in vars(mod) if k.endswith("_split_coop_kernel"))
+    ran: list[int] = []
+    kernel = getattr(mod, kname)
+    setattr(mod, kname, _Recorded(kernel, ran))
+    try:
+        out = tuple(torch.full(s, float("nan"), dtype=d) for s, d in op.output_spec(ex))
+        got = mod.launch(*ex, out=out if len(out) > 1 else out[0], config=cfg)
+    finally:
+        setattr(mod, kname, kernel)
+    assert ran == phases
     return got if isinstance(got, tuple) else (got,)
 
 
@@ -65,7 +89,7 @@ def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any],
 def test_split_coop_matches_float64(fn, cols: int) -> None:
     # chunks of one 4096-column block: 5 (the last 3616 columns) and 13 (the last 1105)
     ex = _inputs(fn, 3, cols, FP32)
-    got = _launch(fn, ex, f"coop_{fn.__name__}_{cols}", _coop(4096, cols), True)
+    got = _launch(fn, ex, f"coop_{fn.__name__}_{cols}", _coop(4096, cols), TWO_PHASES)
     assert_close(got, _ref64(fn, ex), FP32)
 
 
@@ -76,28 +100,94 @@ def test_split_coop_matches_float64(fn, cols: int) -> None:
 ])
 def test_split_coop_bf16_odd_sizes(fn, cols: int, block: int) -> None:
     ex = _inputs(fn, 2, cols, BF16)
-    got = _launch(fn, ex, f"coop_bf16_{fn.__name__}_{cols}", _coop(block, cols, 8), True)
+    got = _launch(fn, ex, f"coop_bf16_{fn.__name__}_{cols}", _coop(block, cols, 8), TWO_PHASES)
     assert_close(got, _ref64(fn, ex), BF16)
 
 
-@pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm], ids=lambda f: f.__name__)
-def test_coop_kernel_itself_with_one_chunk_per_row(fn) -> None:
-    # one chunk a row (SPLIT 1): the interpreter runs the coop kernel, its barrier opening at
-    # once; 7 rows over the interpreter's 4 programs walk the row loop; 1537 is odd, and the
-    # chunk takes 13 loop steps of 128
-    ex = _inputs(fn, 7, 1537, FP32)
-    cfg = {**_coop(128, 1537), "SPLIT": 1}
-    got = _launch(fn, ex, f"coop_one_{fn.__name__}", cfg, False)
+@pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm, rmsnorm, l2norm, l1norm],
+                         ids=lambda f: f.__name__)
+@pytest.mark.parametrize(("cols", "block"), [(1537, 2048), (4097, 8192)])
+def test_coop_kernel_itself_with_one_chunk_per_row(fn, cols: int, block: int) -> None:
+    # one chunk a row: the interpreter runs the kernel as a GPU does (PHASE 0), its barrier
+    # opening at once; 7 rows over the interpreter's 4 programs walk the row loop; the widths
+    # are odd, so the chunk's last lanes are masked
+    ex = _inputs(fn, 7, cols, FP32)
+    got = _launch(fn, ex, f"coop_one_{fn.__name__}_{cols}", _coop(block, cols), ONE_LAUNCH)
     assert_close(got, _ref64(fn, ex), FP32)
 
 
-def test_split_coop_softmax_of_rows_with_minus_inf() -> None:
-    # a chunk of -inf only, and a row of -inf only (NaN, as torch)
-    x = rand(3, 20000)
-    x[0, :4096] = float("-inf")
+@pytest.mark.parametrize("fn", [rmsnorm, l2norm, l1norm], ids=lambda f: f.__name__)
+def test_split_coop_norms_over_several_chunks(fn) -> None:
+    # a sum of squares, the robust 2-norm's (max |x|, scaled sum of squares) and a sum of
+    # |x| over 5 chunks of 1024 columns, the last one column wide
+    ex = _inputs(fn, 3, 4097, FP32)
+    got = _launch(fn, ex, f"coop_norm_{fn.__name__}", _coop(1024, 4097), TWO_PHASES)
+    assert_close(got, _ref64(fn, ex), FP32)
+
+
+@pytest.mark.parametrize(("cols", "block", "inf_cols", "phases"), [
+    (20000, 4096, 4096, TWO_PHASES),  # a chunk of -inf only: its max -inf, its sum 0
+    (1537, 2048, 1024, ONE_LAUNCH),  # threads holding -inf only, beside others
+])
+def test_split_coop_softmax_of_rows_with_minus_inf(cols: int, block: int, inf_cols: int,
+                                                   phases: list[int]) -> None:
+    # and a row of -inf only (NaN, as torch)
+    x = rand(3, cols)
+    x[0, :inf_cols] = float("-inf")
     x[2] = float("-inf")
-    got = _launch(softmax, (x,), "coop_sm_inf", _coop(4096, 20000), True)
+    got = _launch(softmax, (x,), f"coop_sm_inf_{cols}", _coop(block, cols), phases)
     assert_close(got, _ref64(softmax, (x,)), FP32)
+
+
+@pytest.mark.parametrize(("cols", "block", "phases"), [(20000, 4096, TWO_PHASES),
+                                                       (1537, 2048, ONE_LAUNCH)])
+def test_split_coop_layernorm_keeps_a_far_mean_exact(cols: int, block: int,
+                                                     phases: list[int]) -> None:
+    # each chunk shifts its sums by its first element; an outlier there (1e4 off) takes the
+    # exact M2 from registers, and a constant row comes out exactly 0 (its mean exact)
+    x = rand(3, cols)
+    x[0, ::block] = 1e4
+    x[1] = 3.25
+    w, b = torch.ones(cols), torch.zeros(cols)
+    got = _launch(layernorm, (x, w, b), f"coop_ln_far_{cols}", _coop(block, cols), phases)
+    assert_close(got, _ref64(layernorm, (x, w, b)), FP32)
+    assert torch.equal(got[0][1], torch.zeros(cols))
+
+
+@pytest.mark.parametrize(("block", "phases"), [(128, ONE_LAUNCH), (32, TWO_PHASES)])
+def test_split_coop_layernorm_over_three_trailing_dims(block: int, phases: list[int]) -> None:
+    # rows of 3 x 5 x 7 = 105 elements split back into their dims: one chunk of 128 columns,
+    # or 4 of 32
+    from tests.porter.test_codegen_long_rows import layernorm3
+
+    x = rand(3, 3, 5, 7)
+    w, b = rand(3, 5, 7, seed=1), rand(3, 5, 7, seed=2)
+    cfg = _coop(block, 105, warps=1)
+    got = _launch(layernorm3, (x, w, b), f"coop_ln3_{block}", cfg, phases)
+    assert_close(got, _ref64(layernorm3, (x, w, b)), FP32)
+
+
+def test_launcher_refuses_a_chunk_of_several_blocks() -> None:
+    ex = _inputs(softmax, 2, 4097, FP32)
+    op = generate(softmax, ex, name="coop_refuse")
+    mod = load_generated_module(op.triton_module_source(), "coop_refuse", interpret=True)
+    with pytest.raises(ValueError, match=r"SPLIT must be cdiv\(4097, 1024\) = 5, got 2"):
+        mod.launch(*ex, config={**_coop(1024, 4097), "SPLIT": 2})
+
+
+@pytest.mark.parametrize("fn", [softmax, log_softmax, layernorm], ids=lambda f: f.__name__)
+def test_apply_part_loads_none_of_the_rows_inputs(fn) -> None:
+    # after the barrier the chunk's values come from registers: the row's input (in0) is
+    # loaded before it only, once at the chunk's columns (layernorm: and once at its first
+    # column, the shift of its sums); layernorm's weight and bias load after it
+    op = generate(fn, _inputs(fn, 2, 64, FP32), name=f"coop_src_{fn.__name__}")
+    src = op.triton_module_source()
+    body = src.split("_split_coop_kernel(")[1].split("\n\n\n")[0]
+    partials, apply = body.split("if PHASE != 1:")
+    assert "in0_ptr +" not in apply
+    assert len(re.findall(r"tl\.load\(in0_ptr \+ .*\bcols\b", partials)) == 1
+    if fn is layernorm:
+        assert "tl.load(in1_ptr" in apply and "tl.load(in2_ptr" in apply
 
 
 # -- what the search offers -----------------------------------------------------------------
@@ -188,10 +278,8 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     (ref,) = op.kernel_refs(big, cfg, source_path=str(path))
     assert ref.name.endswith("_split_coop_kernel")
     assert ref.constexprs["SPLIT"] == 1 << (-(-cols // block) - 1).bit_length()
+    assert ref.constexprs["PHASE"] == 0  # the GPU's one launch, barrier and all
     assert ref.signature["cnt_ptr"] == "*i32" and ref.signature["ws_ptr"] == "*fp32"
-    # chunk_cols (a multiple of BLOCK_N) typed as the JIT specializes it, so that the chunk's
-    # loads are 16-byte vectors where the width allows, as at run time
-    assert ref.signature["chunk_cols"] == "i32:16"
     rep = targets.for_device(hw).compile(ref, LaunchConfig(warps, 1), hw)
     assert rep.fits, rep.reasons
     assert rep.resources.spill_bytes == 0, rep.resources
@@ -204,6 +292,12 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     assert re.search(r"ld\.global\.cg\.", ptx), "workspace loads go through L1"
     if cols % 16 == 0:  # ALIGN 16: the row's loads and stores 16 bytes at a time
         assert re.search(r"ld\.global\.v4\.", ptx) and re.search(r"st\.global\.v4\.", ptx)
+    if fn is not layernorm:
+        # the chunk loaded once: each thread's plain global loads (not the workspace's .cg
+        # ones nor the counter's) bring BLOCK_N / threads elements, no more
+        loaded = sum(int(v or 1) * int(bits) // 8 for v, bits in re.findall(
+            r"ld\.global(?:\.L1::\w+|\.L2::\w+)*(?:\.v(\d))?\.[bfu](\d+)\b", ptx))
+        assert loaded == block // (32 * warps) * dtype.itemsize, loaded
 
 
 def test_compile_tier_rejects_configs_the_driver_would_refuse() -> None:
@@ -224,16 +318,3 @@ def test_coop_groups_keep_every_program_resident() -> None:
     assert coop_groups(4096, 13, 132 * 4) == 40
     assert coop_groups(7, 13, 132 * 4) == 7  # fewer rows than groups: one group a row
     assert coop_groups(4096, 133, 132) == 0  # a row's chunks cannot all be resident
-
-
-@pytest.mark.parametrize("split", [1, 4])
-def test_split_coop_layernorm_over_three_trailing_dims(split: int) -> None:
-    # rows of 3 x 5 x 7 = 105 elements split back into their dims: SPLIT 1 runs the coop
-    # kernel itself, SPLIT 4 the split row's launches on the same chunks of 32 columns
-    from tests.porter.test_codegen_long_rows import layernorm3
-
-    x = rand(3, 3, 5, 7)
-    w, b = rand(3, 5, 7, seed=1), rand(3, 5, 7, seed=2)
-    cfg = {**_coop(16, 105, warps=1), "SPLIT": split}
-    got = _launch(layernorm3, (x, w, b), f"coop_ln3_{split}", cfg, split > 1)
-    assert_close(got, _ref64(layernorm3, (x, w, b)), FP32)

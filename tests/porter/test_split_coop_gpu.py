@@ -3,7 +3,9 @@ runs its cooperative launch (compiled, not interpreted) and matches float64 on e
 times on fresh inputs (a race between a row's programs would show as a wrong row now and then).
 A config the driver refuses ("too many blocks in cooperative launch": fewer programs per SM
 fit than the config asks) is skipped, not failed, and the next config still runs; at least one
-config per case must run.
+config per case must run. Each program keeps its chunk in registers across the row's barrier
+(`porter/codegen/rowwise/coop.py`); the edge rows (a chunk or a row of -inf, a constant row,
+an outlier at each chunk's first column, a one-column last chunk) run too.
 
     python -m pytest -q tests/porter/test_split_coop_gpu.py
 """
@@ -118,3 +120,49 @@ def test_a_cooperative_launch_replays_in_a_cuda_graph() -> None:
     graph.replay()
     torch.cuda.synchronize()
     assert _max_err(softmax, (x,), out) <= TOL[torch.float32]
+
+
+@pytest.mark.parametrize(("case", "cols", "dtype"), [
+    ("softmax_inf", 50257, torch.float32),
+    ("layernorm_far", 50257, torch.float32),
+    ("layernorm_far", 16385, torch.bfloat16),
+])
+def test_edge_rows(case: str, cols: int, dtype: torch.dtype) -> None:
+    # softmax: a chunk of -inf only and a row of -inf only (NaN, as torch); layernorm: an
+    # outlier at each chunk's first column (the shift of its sums: the exact M2 from
+    # registers) and a constant row, exactly 0 (its mean exact)
+    import hwmodels
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    hw = hwmodels.detect().model
+    if hw is None or hw.build.backend != "triton-cuda":
+        pytest.skip("split_coop is offered on CUDA devices with a hardware model only")
+    fn = softmax if case == "softmax_inf" else layernorm
+    small = tuple(t.cpu().float()[:4, :64] if t.dim() == 2 else t.cpu().float()[:64]
+                  for t in _inputs(fn, 4, 64, torch.float32, 0))
+    name = f"coop_gpu_edge_{case}"
+    op = generate(fn, small, name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=False)
+    ins = _inputs(fn, 64, cols, dtype, 5)
+    x = ins[0]
+    block = 4096
+    if fn is softmax:
+        x[0, :block] = float("-inf")
+        x[2] = float("-inf")
+    else:
+        x[0, ::block] = 1e4
+        x[1] = 3.25
+        ins = (x, torch.ones_like(ins[1]), torch.zeros_like(ins[2]))
+    cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": -(-cols // block),
+           "num_warps": 4, "num_stages": 1, "PROGRAMS_PER_SM": 1}
+    y = mod.launch(*ins, config=cfg)
+    torch.cuda.synchronize()
+    ref = fn(x.double(), *(w.double() for w in ins[1:]))
+    if fn is softmax:
+        assert torch.isnan(y[2]).all()
+        keep = [i for i in range(x.shape[0]) if i != 2]
+        assert max_rel_err(y[keep], ref[keep]) <= TOL[dtype]
+    else:
+        assert torch.equal(y[1], torch.zeros_like(y[1]))
+        assert max_rel_err(y, ref) <= TOL[dtype]

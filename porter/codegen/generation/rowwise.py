@@ -131,7 +131,8 @@ def _lane_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...
     """Strategies whose kernel takes LANES: the looped kernel for an online softmax or a
     one-pass variance; the single pass and the persistent kernel for an online softmax's
     per-thread (max, sum) pairs (which take VEC too, `heuristics.thread_lanes`); the split
-    row's partials kernel and the split_coop kernel for an online softmax."""
+    row's partials kernel for an online softmax; the split_coop kernel for an online softmax's
+    per-thread pairs, as the one-block kernels."""
     one_block = ("single_pass", "persistent") if bodies.online_pairs else ()
     looped = _looped_strategies(bodies, plan) if bodies.online_pairs or \
         bodies.one_round_variance else ()
@@ -149,7 +150,7 @@ def _looped_l2(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
 def _split_coop(bodies: rowwise.RowBodies, plan: RowPlan) -> bool:
     """Whether the module has the split_coop kernel: where the split row fits and the op
     writes full rows (a reduction-only op reads each row once already, looped)."""
-    return bodies.split is not None and "full" in plan.out_kind
+    return bodies.coop is not None
 
 
 def _looped_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
@@ -217,7 +218,7 @@ def _scalar_strides(args: KernelArgs, ex: tuple[Any, ...], n_rows: int, n_cols: 
 def _long_row_ctx(bodies: rowwise.RowBodies, plan: RowPlan) -> dict[str, Any]:
     """The template's context for the long-row kernels (`_triton_rowwise_long.py.j2`)."""
     l2 = _looped_l2(bodies, plan)
-    return {"looped_l2": l2, "split": bodies.split}
+    return {"looped_l2": l2, "split": bodies.split, "coop": bodies.coop}
 
 
 def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
@@ -243,9 +244,11 @@ def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
                               ("ROWS", "BLOCK_N", "EVEN", "ALIGN", "SPLIT"), ("split_row",),
                               launch, align))
         if _split_coop(bodies, plan):
-            coop = (*params, "n_cols", "ws_ptr", "cnt_ptr", "chunk_cols", "n_chunks")
-            coop_kinds = (*kinds, "i32", "ptr:ws", "ptr:cnt", "i32", "i32")
+            coop = (*params, "n_cols", "ws_ptr", "cnt_ptr", "n_chunks")
+            coop_kinds = (*kinds, "i32", "ptr:ws", "ptr:cnt", "i32")
+            # an online softmax's per-thread pairs take LANES and VEC, as the one-block kernels
+            thread = ("LANES", "VEC") if bodies.online_pairs else ()
             out.append(KernelInfo(kname + "_split_coop_kernel", coop, coop_kinds,
-                                  ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *online, "SPLIT"),
+                                  ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *thread, "SPLIT", "PHASE"),
                                   ("split_coop",), launch, align))
     return out

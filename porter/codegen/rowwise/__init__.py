@@ -11,6 +11,9 @@ loop); `build` emits what goes inside, one body per kernel:
   (also the body of the L2-resident looped kernel, which walks rows in a capped grid);
 - `split_row`: a row split into chunks over several programs (partials, then apply), for
   grids with too few rows to fill the device;
+- `coop`: the split_coop kernel's body: a row split into one-block chunks over co-resident
+  programs, each chunk kept in registers while the row's partials combine (split_row's
+  workspace records);
 - `columns`: the looped body turned around for a reduced dim that is not the last (a program
   takes consecutive positions of the last dim, contiguous in memory, and walks the reduced dim);
 - `post`: the fold of per-row values into scalar outputs (cross-entropy's mean);
@@ -42,6 +45,8 @@ from porter.codegen.rowwise.analysis import ssq_pairs
 from porter.codegen.rowwise.analysis import variance_pairs
 from porter.codegen.rowwise.columns import ColumnBody
 from porter.codegen.rowwise.columns import columns
+from porter.codegen.rowwise.coop import CoopBodies
+from porter.codegen.rowwise.coop import coop
 from porter.codegen.rowwise.hoist import hoist_reduction_free
 from porter.codegen.rowwise.hoist import loads_before_a_reduction
 from porter.codegen.rowwise.hoist import split_invariant
@@ -95,6 +100,8 @@ class RowBodies:
     # The split-row kernels (None where the op does not fit them, for `split_why_not`).
     split: SplitBodies | None = None
     split_why_not: str | None = None
+    # The split_coop kernel (None where the split row does not fit or no full row is written).
+    coop: CoopBodies | None = None
     # The column kernel, where the reduced dim is not the last (None elsewhere).
     columns: ColumnBody | None = None
 
@@ -121,9 +128,10 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     moves_a_load = loads_before_a_reduction(hoisted) > loads_before_a_reduction(single)
     # after the others: an argument only the split kernels used would come after theirs
     split = split_row(rg)
+    coop_body = coop(rg)
     # last: its arguments start from a copy of everything the other bodies registered
     column = columns(rg)
     return RowBodies(single, looped_body, post, rg.coord_lines, online,
                      hoisted if moves_a_load else None, persistent_pre, persistent_body,
                      two, one_round_variance=bool(rg.variance), columns=column, split=split,
-                     split_why_not=split_row_why_not(rg))
+                     split_why_not=split_row_why_not(rg), coop=coop_body)

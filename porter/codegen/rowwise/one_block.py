@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+from dataclasses import dataclass
 
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
@@ -90,49 +91,78 @@ def reduce_single(rg: RowGen, em: Emitter) -> int:
 
 
 def max_and_sum_per_thread(rg: RowGen, em: Emitter, r: Node, s: Node) -> int:
-    """r, the row's max of g, and s, its sum of exp(g - max), from one block-wide reduction:
-    the row is viewed as [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC,
-    VEC the elements a thread loads at once: `heuristics.thread_lanes`), so that axes 1
-    and 3 hold what each thread owns;
-    each thread takes the max and the sum of exps of its own elements, then the threads'
-    (max, sum) pairs combine across the block once, where reducing the max across the block
-    and then the sum takes two rounds (bench/NOTES.md item 47). exp(g - max) itself, where
-    the code after uses it (softmax's output), is each thread's exps rescaled by one exp.
-    Returns how many selects of the masked lanes it needed."""
-    g, full = rg.g, rg.full
-    gv = em.eval(r.args[0], full)
+    """r, the row's max of g, and s, its sum of exp(g - max), from one block-wide reduction
+    of each thread's (max, sum) pair (`thread_exps`), where reducing the max across the block
+    and then the sum takes two rounds (bench/NOTES.md item 47); exp(g - max) itself, where the
+    code after uses it, from the thread's exps (`rescale_thread_exps`). Returns how many
+    selects of the masked lanes it needed."""
+    t = thread_exps(rg, em, r)
+    m_row, s_row = em.tmps(f"tl.reduce(({t.m_t}, {t.sums}), 1, _max_sum_exp)", "m_row",
+                           "s_row")
+    em.reduced[r.id] = em.tmp(f"{m_row}[:, None]", "red")
+    em.reduced[s.id] = em.tmp(f"{s_row}[:, None]", "red")
+    rescale_thread_exps(rg, em, r, s, t)
+    return t.selects
+
+
+@dataclass(frozen=True)
+class ThreadExps:
+    """A block's exps under each thread's own max (`thread_exps`).
+
+    m_t: each thread's max of g, [ROWS, LANES // VEC]; shift_t: m_t, 0 where it is -inf;
+    p: exp(g - shift_t), in the view [ROWS, BLOCK_N // LANES, LANES // VEC, VEC];
+    sums: each thread's sum of p; selects: the selects of the masked lanes it needed."""
+
+    m_t: str
+    shift_t: str
+    p: str
+    sums: str
+    selects: int
+
+
+def thread_exps(rg: RowGen, em: Emitter, r: Node) -> ThreadExps:
+    """Each thread's max of g (r's argument) and its exps under that max: the block is viewed as
+    [ROWS, BLOCK_N / LANES, LANES / VEC, VEC] (LANES = threads x VEC, VEC the elements a
+    thread loads at once: `heuristics.thread_lanes`), so that axes 1 and 3 hold what each
+    thread owns, and nothing here leaves the thread."""
+    gv = em.eval(r.args[0], rg.full)
     gl = lanes_as_identity(em, gv, "max")
     gt = em.tmp(f"tl.reshape({gl}, [ROWS, BLOCK_N // LANES, LANES // VEC, VEC])", "g")
     m_t = em.tmp(f"tl.max(tl.max({gt}, axis=3), axis=1)", "m_t")  # inside the thread
     # a thread that holds only padding (-inf) is shifted by 0: -inf - -inf is NaN
     sh_t = em.tmp(f"tl.where({m_t} > float('-inf'), {m_t}, 0.0)", "shift_t")
     p = em.tmp(exp_below(gt, f"{sh_t}[:, None, :, None]"), "p")
-    m_row, s_row = em.tmps(f"tl.reduce(({m_t}, tl.sum(tl.sum({p}, axis=3), axis=1)), 1, "
-                           "_max_sum_exp)", "m_row", "s_row")
-    em.reduced[r.id] = em.tmp(f"{m_row}[:, None]", "red")
-    em.reduced[s.id] = em.tmp(f"{s_row}[:, None]", "red")
+    return ThreadExps(m_t, sh_t, p, f"tl.sum(tl.sum({p}, axis=3), axis=1)", int(gl != gv))
+
+
+def rescale_thread_exps(rg: RowGen, em: Emitter, r: Node, s: Node, t: ThreadExps) -> None:
+    """exp(g - max), where the code after uses it (softmax's output), as each thread's exps
+    `t` rescaled by one exp, once the row's max r and sum s are bound (`em.reduced`):
+    memoized at the row's coordinates, with softmax's exp / sum as one multiply an element
+    (the thread's scale and 1 / sum folded)."""
+    g = rg.g
     e = s.args[0]
     users = [n for n in g.live() if e in n.args and n is not s]
-    # softmax's exp / sum: the thread's scale and 1 / sum folded, one multiply an element
     divs = [n for n in users if n.op == "pw" and n.attrs["fn"] == "div" and
             n.args[0] is e and n.args[1] is s]
     if not users and e not in g.outputs:
-        return int(gl != gv)
+        return
+    m_row = em.reduced[r.id]  # [ROWS, 1]
     sh_row = em.tmp(f"tl.where({m_row} > float('-inf'), {m_row}, 0.0)", "shift")
     # m_t <= the row's max, so the scale is at most 1; a padding-only thread's is 0, which
     # keeps exp(g - max) 0 in every masked lane
-    scale = em.tmp(f"tl.where({m_t} > float('-inf'), {exp_below(sh_t, f'{sh_row}[:, None]')}, "
-                   "0.0)", "scale")
+    scale = em.tmp(f"tl.where({t.m_t} > float('-inf'), {exp_below(t.shift_t, sh_row)}, 0.0)",
+                   "scale")
+    full = rg.full
     if divs:
         inv = em.tmp(em.fn("div").format("1.0", em.reduced[s.id]), "inv")
-        dv = em.tmp(f"tl.reshape({p} * ({scale} * {inv})[:, None, :, None], [ROWS, BLOCK_N])")
+        dv = em.tmp(f"tl.reshape({t.p} * ({scale} * {inv})[:, None, :, None], [ROWS, BLOCK_N])")
         for d in divs:
             em.memo[(d.id, full, None)] = dv
     if len(divs) < len(users) or e in g.outputs:
-        ev = em.tmp(f"tl.reshape({p} * {scale}[:, None, :, None], [ROWS, BLOCK_N])", "e")
+        ev = em.tmp(f"tl.reshape({t.p} * {scale}[:, None, :, None], [ROWS, BLOCK_N])", "e")
         em.memo[(e.id, full, None)] = ev
         em.masked[ev] = 0.0
-    return int(gl != gv)
 
 
 def _trial(em: Emitter, fills: dict[int, float]) -> Emitter:

@@ -19,10 +19,8 @@ two launches per group of rows (GROUP_ROWS) so that a group's chunks stay in L2 
 The family is offered where every reduction of the row combines from its chunks' partials:
 `why_not` names what does not (a fold into a scalar, a reduction over another reduction).
 
-The split_coop kernel (`_triton_rowwise_long.py.j2`) runs both bodies in one program, behind a
-barrier across the row's co-resident programs (a cooperative launch): `coop_apply` is the apply
-body with its workspace loads past L1 (".cg"), so that it reads the other programs' partials
-from L2, never a stale line.
+The split_coop kernel (`coop.py`) stores the same workspace records (`partials_of`, `slot`) and
+combines them the same way (`combine`), from a chunk of one block that it keeps in registers.
 """
 
 from __future__ import annotations
@@ -75,7 +73,6 @@ class SplitBodies:
     partials: list[str]
     apply: list[str]
     record: int  # fp32 values per (row, chunk) in the workspace
-    coop_apply: list[str]  # `apply` with its workspace loads past L1 (split_coop)
 
 
 def why_not(rg: RowGen) -> str | None:
@@ -127,21 +124,17 @@ def split_row(rg: RowGen) -> SplitBodies | None:
     if why_not(rg) is not None:
         return None
     own = replace(rg, args=copy.deepcopy(rg.args))
-    parts = _partials(own)
+    parts = partials_of(own)
     record = sum(p.width for p in parts)
-    partials = _partials_body(own, parts, record)
-    # split_coop runs both bodies in one kernel: the apply body's names start after the
-    # partials' (a name bound by both, with two types, would not compile in Triton's loops)
-    first = partials._n
-    bodies = SplitBodies(partials.lines, _apply_body(own, parts, record, first).lines, record,
-                         _apply_body(own, parts, record, first, bypass_l1=True).lines)
+    bodies = SplitBodies(_partials_body(own, parts, record).lines,
+                         _apply_body(own, parts, record).lines, record)
     if own.args.params != rg.args.params:
         raise AssertionError("split_row: the split kernels would take arguments "
                              f"{own.args.params[len(rg.args.params):]} the others do not")
     return bodies
 
 
-def _partials(rg: RowGen) -> list[Partial]:
+def partials_of(rg: RowGen) -> list[Partial]:
     """The row's reductions as workspace records, in plan order; pairs take one record."""
     seconds = rg.paired_sums | rg.variance_second | {s.id for s in rg.ssq.values()}
     out: list[Partial] = []
@@ -162,7 +155,8 @@ def _partials(rg: RowGen) -> list[Partial]:
     return out
 
 
-def _slot(record: int, j: int, chunk: str) -> str:
+def slot(record: int, j: int, chunk: str) -> str:
+    """The workspace address of value j of the records of `rows` and chunk(s) `chunk`."""
     return f"ws_ptr + (rows * n_chunks + {chunk}) * {record} + {j}"
 
 
@@ -183,7 +177,7 @@ def _partials_body(rg: RowGen, parts: list[Partial], record: int) -> Emitter:
             looped_reduce(rg, em, r, CHUNK)
             values = [em.reduced[r.id]]
         for j, v in enumerate(values):
-            em.emit(f"tl.store({_slot(record, p.slot + j, 'chunk')}, {v}, mask=row_mask)")
+            em.emit(f"tl.store({slot(record, p.slot + j, 'chunk')}, {v}, mask=row_mask)")
     return em
 
 
@@ -225,18 +219,12 @@ def _chunk_moments(rg: RowGen, em: Emitter, r: Node) -> tuple[str, str]:
 
 
 # -- phase 2: combine the partials, then the chunk's outputs --------------------------------
-def _apply_body(rg: RowGen, parts: list[Partial], record: int, first: int = 0,
-                bypass_l1: bool = False) -> Emitter:
-    """The apply body; its temporaries numbered from `first`. bypass_l1: the workspace loads
-    read L2 (".cg"), as split_coop's must: its partials were stored by other programs of the
-    same launch, and this SM's L1 is not coherent with theirs."""
+def _apply_body(rg: RowGen, parts: list[Partial], record: int) -> Emitter:
     em = rg.emitter()
-    em._n = first
-    cache = ".cg" if bypass_l1 else ""
     em.emit("parts = tl.arange(0, SPLIT)[None, :]  # the row's chunks")
     em.emit("part_mask = row_mask & (parts < n_chunks)")
     for p in parts:
-        _combine(rg, em, p, record, cache)
+        combine(rg, em, p, record)
     if "full" in rg.plan.out_kind:
         open_loop(em, CHUNK)
         store_outputs(rg, em, ("full",))
@@ -251,13 +239,15 @@ def _apply_body(rg: RowGen, parts: list[Partial], record: int, first: int = 0,
 
 def _load(em: Emitter, record: int, j: int, other: str, prefix: str, cache: str) -> str:
     modifier = f", cache_modifier=\"{cache}\"" if cache else ""
-    return em.tmp(f"tl.load({_slot(record, j, 'parts')}, mask=part_mask, other={other}"
+    return em.tmp(f"tl.load({slot(record, j, 'parts')}, mask=part_mask, other={other}"
                   f"{modifier})", prefix)
 
 
-def _combine(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str) -> None:
-    """Bind the row values of p's reductions from the row's chunk records (workspace loads
-    with the cache modifier `cache`, "" for none)."""
+def combine(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str = "",
+            chunk_cols: str = "chunk_cols") -> None:
+    """Bind the row values of p's reductions from the row's chunk records (`parts`, under
+    `part_mask`): workspace loads with the cache modifier `cache` ("" for none); `chunk_cols`,
+    the code for a chunk's columns (each but the last)."""
     r = p.nodes[0]
     if p.kind in REDUCE:
         v = _load(em, record, p.slot, IDENTITY[p.kind], "p", cache)
@@ -281,17 +271,18 @@ def _combine(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str) -> No
         em.reduced[p.nodes[1].id] = em.tmp(f"tl.sum({ps} * {ratio} * {ratio}, axis=1)[:, None]",
                                            "red")
     else:
-        _combine_moments(rg, em, p, record, cache)
+        _combine_moments(rg, em, p, record, cache, chunk_cols)
 
 
-def _combine_moments(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str) -> None:
+def _combine_moments(rg: RowGen, em: Emitter, p: Partial, record: int, cache: str,
+                     chunk_cols: str) -> None:
     """Chan's combination of the chunks' (count, mean, M2): the row's mean, as chunk 0's mean
     plus the count-weighted mean of the others' offsets from it (a constant row's mean is then
     exact, so x - mean is 0), and M2 = sum(M2_c + n_c (mean_c - mean)^2)."""
     r, second = p.nodes
     pm = _load(em, record, p.slot, "0.0", "pm", cache)
     pq = _load(em, record, p.slot + 1, "0.0", "pq", cache)
-    n = em.tmp("tl.where(part_mask, tl.minimum(chunk_cols, n_cols - parts * chunk_cols), 0)"
+    n = em.tmp(f"tl.where(part_mask, tl.minimum({chunk_cols}, n_cols - parts * {chunk_cols}), 0)"
                ".to(tl.float32)", "n_part")
     m0 = em.tmp(f"tl.sum(tl.where(parts == 0, {pm}, 0.0), axis=1)[:, None]", "m0_")
     offset = em.tmp(f"tl.sum({n} * ({pm} - {m0}), axis=1)[:, None]", "off")
