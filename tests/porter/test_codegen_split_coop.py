@@ -53,26 +53,27 @@ def _coop(block: int, cols: int, warps: int = 4, per_sm: int = 2) -> dict[str, A
 
 
 class _Recorded:
-    """A kernel whose launches record their PHASE, then run."""
+    """A kernel whose launches record their keyword arguments, then run."""
 
-    def __init__(self, kernel: Any, phases: list[int]) -> None:
-        self.kernel, self.phases = kernel, phases
+    def __init__(self, kernel: Any, launches: list[dict[str, Any]]) -> None:
+        self.kernel, self.launches = kernel, launches
 
     def __getitem__(self, grid: Any) -> Any:
         def launch(*args: Any, **kwargs: Any) -> Any:
-            self.phases.append(kwargs["PHASE"])
+            self.launches.append(kwargs)
             return self.kernel[grid](*args, **kwargs)
         return launch
 
 
-def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any],
-            phases: list[int]) -> tuple[torch.Tensor, ...]:
+def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any], phases: list[int],
+            launches: list[dict[str, Any]] | None = None) -> tuple[torch.Tensor, ...]:
     """The generated launcher's output into a NaN-poisoned `out`; asserts that it ran the coop
-    kernel with these PHASEs (one launch, or the interpreter's two)."""
+    kernel with these PHASEs (one launch, or the interpreter's two); `launches` gets each
+    launch's keyword arguments."""
     op = generate(fn, ex, name=name)
     mod = load_generated_module(op.triton_module_source(), name, interpret=True)
     kname = next(k for k in vars(mod) if k.endswith("_split_coop_kernel"))
-    ran: list[int] = []
+    ran: list[dict[str, Any]] = [] if launches is None else launches
     kernel = getattr(mod, kname)
     setattr(mod, kname, _Recorded(kernel, ran))
     try:
@@ -80,7 +81,7 @@ def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any],
         got = mod.launch(*ex, out=out if len(out) > 1 else out[0], config=cfg)
     finally:
         setattr(mod, kname, kernel)
-    assert ran == phases
+    assert [k["PHASE"] for k in ran] == phases
     return got if isinstance(got, tuple) else (got,)
 
 
@@ -165,6 +166,18 @@ def test_split_coop_layernorm_over_three_trailing_dims(block: int, phases: list[
     cfg = _coop(block, 105, warps=1)
     got = _launch(layernorm3, (x, w, b), f"coop_ln3_{block}", cfg, phases)
     assert_close(got, _ref64(layernorm3, (x, w, b)), FP32)
+
+
+def test_launcher_passes_a_register_cap() -> None:
+    # maxnreg: PROGRAMS_PER_SM programs of a kernel the compiler gives more registers may fit
+    # an SM under a cap (sm_90 cross-compile, softmax 151,936 fp32 at 16384 x 8 warps: 142
+    # registers, one program per SM; under 128, 119 and no spills, two)
+    ex = _inputs(softmax, 3, 5000, FP32)
+    launches: list[dict[str, Any]] = []
+    cfg = {**_coop(1024, 5000), "maxnreg": 128}
+    got = _launch(softmax, ex, "coop_maxnreg", cfg, TWO_PHASES, launches)
+    assert [k["maxnreg"] for k in launches] == [128, 128]
+    assert_close(got, _ref64(softmax, ex), FP32)
 
 
 def test_launcher_refuses_a_chunk_of_several_blocks() -> None:
