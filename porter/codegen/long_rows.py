@@ -67,7 +67,11 @@ L2_BLOCKS = (2048, 4096, 8192)
 MIN_COOP_COLS = 16384  # shorter rows: the single pass reads them once already
 COOP_BLOCKS = (4096, 8192, 16384)
 COOP_WARPS = (4, 8)
-COOP_PER_SM = (1, 2, 4)
+# most programs per SM first: the search's first split_coop try is the one nearest the default
+# in BLOCK_N and warps, and among equals the first offered; one program per SM leaves an SM's
+# loads to 4 warps (softmax 4096 x 50257 fp32: 4 per SM at 4096 x 4 warps 78% of copy, H100,
+# bench/NOTES.md item 58; the port's 1-per-SM try lost to the looped kernel at 393,216)
+COOP_PER_SM = (4, 2, 1)
 # A chunk of one block per program: up to 64 values per thread, as the probe's best at width
 # 151,936 (16384 columns over 8 warps, bench/NOTES.md item 51); its registers and spills are
 # the compile check's to judge
