@@ -52,7 +52,8 @@ SUBSET = [(16384, 8192), (8192, 5120)]
 OPS: dict[str, dict[str, Any]] = {
     "rmsnorm": {"shapes": WIDE + LLAMA, "extra_dtypes": SUBSET},
     "layernorm": {"shapes": WIDE + LLAMA, "extra_dtypes": SUBSET},
-    "softmax": {"shapes": WIDE, "extra_dtypes": SUBSET},
+    # and a vocabulary-width row (Llama-3's), issue 31
+    "softmax": {"shapes": WIDE + [(4096, 128256)], "extra_dtypes": SUBSET},
     "add_rmsnorm": {"shapes": WIDE + LLAMA, "extra_dtypes": []},
     "cross_entropy": {"shapes": [(4096, 32768), (8192, 32000), (4096, 128256), (4097, 1537)],
                       "extra_dtypes": []},

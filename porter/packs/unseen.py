@@ -109,6 +109,11 @@ def derive_config(module: ModuleType, hw: Any,
             bound = sig.bind(*args, **kwargs)
             used = {k: v for k, v in device_args.items() if k in sig.parameters}
             bound.arguments.update(used)
+            if "coop" in bound.arguments:
+                # the split_coop kernel runs on CUDA only (long_rows.not_offered); the module's
+                # own check reads the local torch, not the device the config is derived for
+                bound.arguments["coop"] = bool(bound.arguments["coop"]) and \
+                    hw.build.backend == "triton-cuda"
             config = rule(*bound.args, **bound.kwargs)
             if config is None:  # not this rule's case (columns_default): the launcher goes on
                 return None

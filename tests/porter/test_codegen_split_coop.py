@@ -65,7 +65,7 @@ class _Recorded:
         return launch
 
 
-def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any], phases: list[int],
+def _launch(fn, ex: tuple[Any, ...], name: str, cfg: dict[str, Any] | None, phases: list[int],
             launches: list[dict[str, Any]] | None = None) -> tuple[torch.Tensor, ...]:
     """The generated launcher's output into a NaN-poisoned `out`; asserts that it ran the coop
     kernel with these PHASEs (one launch, or the interpreter's two); `launches` gets each
@@ -92,6 +92,16 @@ def test_split_coop_matches_float64(fn, cols: int) -> None:
     ex = _inputs(fn, 3, cols, FP32)
     got = _launch(fn, ex, f"coop_{fn.__name__}_{cols}", _coop(4096, cols), TWO_PHASES)
     assert_close(got, _ref64(fn, ex), FP32)
+
+
+def test_launcher_with_no_config_splits_a_vocabulary_row_over_programs() -> None:
+    # rows too wide for one block (40000 fp32): the launcher's unmeasured rule picks the
+    # split_coop kernel (heuristics.rowwise_default, bench/NOTES.md item 58), 10 chunks a row
+    ex = _inputs(softmax, 2, 40000, FP32)
+    launches: list[dict[str, Any]] = []
+    got = _launch(softmax, ex, "coop_default_40000", None, TWO_PHASES, launches)
+    assert launches[0]["BLOCK_N"] == 4096 and launches[0]["num_warps"] == 4
+    assert_close(got, _ref64(softmax, ex), FP32)
 
 
 @pytest.mark.parametrize(("fn", "cols", "block"), [

@@ -185,9 +185,36 @@ def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
     wide = {"strategy": "looped_l2", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
             "num_stages": 1, "dtype": "bf16"}
     op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131072": (wide, 1.5)}), device="h100")
-    c = op.choose(*_x(1024, 151936))  # bucket 1024x163840
+    # an odd width: 2-byte rows not 16-byte aligned, where the rule keeps the looped kernel
+    c = op.choose(*_x(1024, 151937))  # bucket 1024x163840
     assert c.config["strategy"] == "looped" and c.runs_kernel
     assert "1024x131072 ran 1.50x eager" in c.evidence and "4096x8192" not in c.evidence
+
+
+def test_aligned_vocabulary_rows_derive_the_split_coop_kernel(tmp_path: Path) -> None:
+    """At an aligned vocabulary width the rule splits each row over co-resident programs
+    (bench/NOTES.md item 58); a split_coop bucket's timing is the evidence for it, a looped
+    one's is not (the looped kernel reads each row twice, split_coop once)."""
+    wide = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 16384, "SPLIT": 8, "num_warps": 8,
+            "num_stages": 1, "PROGRAMS_PER_SM": 2, "dtype": "bf16"}
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "4096x131072": (wide, 1.6)}), device="h100")
+    c = op.choose(*_x(1024, 151936))  # bucket 1024x163840
+    assert {k: c.config[k] for k in ("strategy", "BLOCK_N", "SPLIT", "num_warps",
+                                     "PROGRAMS_PER_SM")} == {
+        "strategy": "split_coop", "BLOCK_N": 16384, "SPLIT": 10, "num_warps": 8,
+        "PROGRAMS_PER_SM": 2}
+    assert c.runs_kernel and "4096x131072 ran 1.60x eager" in c.evidence
+    looped = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
+              "num_stages": 1, "dtype": "bf16"}
+    (tmp_path / "b").mkdir()
+    op = load_pack(_pack(tmp_path / "b", {**TWO_WIDTHS, "4096x131072": (looped, 1.6)}),
+                   device="h100")
+    c = op.choose(*_x(1024, 151936))
+    assert c.config["strategy"] == "split_coop" and not c.runs_kernel
+    # no split_coop kernel on a HIP device: its rule keeps the looped kernel
+    (tmp_path / "c").mkdir()
+    amd = load_pack(_pack(tmp_path / "c", TWO_WIDTHS), device="mi300x")
+    assert amd.choose(*_x(1024, 151936)).config["strategy"] == "looped"
 
 
 def test_no_timed_bucket_means_no_estimate_and_the_kernel_runs(tmp_path: Path) -> None:
