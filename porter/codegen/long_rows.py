@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -67,11 +68,14 @@ L2_BLOCKS = (2048, 4096, 8192)
 MIN_COOP_COLS = 16384  # shorter rows: the single pass reads them once already
 COOP_BLOCKS = (4096, 8192, 16384)
 COOP_WARPS = (4, 8)
-# most programs per SM first: the search's first split_coop try is the one nearest the default
-# in BLOCK_N and warps, and among equals the first offered; one program per SM leaves an SM's
-# loads to 4 warps (softmax 4096 x 50257 fp32: 4 per SM at 4096 x 4 warps 78% of copy, H100,
-# bench/NOTES.md item 58; the port's 1-per-SM try lost to the looped kernel at 393,216)
 COOP_PER_SM = (4, 2, 1)
+# Offered first (per block and warps): the programs per SM that make COOP_SM_WARPS warps an SM.
+# The search's first split_coop try is the one nearest the default in BLOCK_N and warps, and
+# among equals the first offered. The H100's best ran 16 warps an SM (4096 x 4 warps x 4 per SM
+# in fp32, 78-91% of copy; 16384 x 8 warps x 2 in bf16, 80%; bench/NOTES.md item 58); one per
+# SM lost to the looped kernel at 393,216 columns, and 8 warps x 4 per SM was refused by the
+# driver (registers) in the suite's 4096 x 128256 bf16 port
+COOP_SM_WARPS = 16
 # A chunk of one block per program: up to 64 values per thread, as the probe's best at width
 # 151,936 (16384 columns over 8 warps, bench/NOTES.md item 51); its registers and spills are
 # the compile check's to judge
@@ -216,15 +220,17 @@ def _split_coop(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
                 elem_bytes: int, warps_ok: list[int]) -> list[dict[str, Any]]:
     sms, warp = int(hw.compute_units.value), hw.warp_size
     out = []
-    for block, w, per_sm in itertools.product(COOP_BLOCKS, COOP_WARPS, COOP_PER_SM):
+    for block, w in itertools.product(COOP_BLOCKS, COOP_WARPS):
         if w not in warps_ok or not 4 <= block / (w * warp) <= COOP_MAX_VALUES:
             continue
-        split = -(-n_cols // block)  # one block per chunk
-        if heuristics.coop_groups(max(n_rows, 1), split, sms * per_sm) == 0:
-            continue  # a row's programs would not all be resident: the launcher refuses
-        cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
-               "num_warps": w, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}
-        if op._mm.get("online"):
-            cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
-        out.append(cfg)
+        for per_sm in sorted(COOP_PER_SM, key=lambda p: (abs(math.log2(p * w / COOP_SM_WARPS)),
+                                                         -p)):
+            split = -(-n_cols // block)  # one block per chunk
+            if heuristics.coop_groups(max(n_rows, 1), split, sms * per_sm) == 0:
+                continue  # a row's programs would not all be resident: the launcher refuses
+            cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
+                   "num_warps": w, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}
+            if op._mm.get("online"):
+                cfg["LANES"] = heuristics.looped_lanes(block, w, elem_bytes, warp)
+            out.append(cfg)
     return out

@@ -209,7 +209,7 @@ class PackedOp:
                     # launch options (warps, stages) held up at nearby shapes (issue 31)
                     basis = f"nearest bucket {b['bucket']}'s: {how}"
             reference_why, evidence = (None, "") if on_cpu else versus_eager(
-                entry, bucket, dtype, config)
+                entry, bucket, dtype, config, int(first.shape[-1]) if first.dim() else None)
             return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
                           asked)
         return Choice(None, None, False, "; ".join(reasons), asked=asked)

@@ -184,8 +184,18 @@ def _pct_of_copy(b: dict[str, Any], target: str) -> str:
     return f", {nbytes / (t * 1e-3) / 1e9 / copy * 100:.0f}% of copy"
 
 
+def rows_aligned(n_cols: int, dtype: str) -> bool:
+    """Whether rows of n_cols `dtype` elements start 16 bytes apart, so that the row kernels
+    load 16 bytes at a time (ALIGN, heuristics.rowwise_align); elsewhere they load one element
+    at a time, a different kernel in practice (softmax 4096 x 50257 bf16, looped: 0.79x eager,
+    at 128256 columns 1.34x; bench/NOTES.md item 58)."""
+    elem = 4 if dtype in ("fp32", "float32") else 8 if dtype in ("fp64", "float64") else 2
+    return n_cols * elem % 16 == 0
+
+
 def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
-                  config: dict[str, Any] | None) -> tuple[str | None, str]:
+                  config: dict[str, Any] | None,
+                  n_cols: int | None = None) -> tuple[str | None, str]:
     """At a shape with no exact bucket: whether the reference op should run instead, by the
     entry's measured kernel-vs-eager ratios at the nearest timed buckets of this dtype.
 
@@ -196,8 +206,10 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
     octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
     counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
-    timed but none of this form. With no timed bucket of this dtype there is no estimate, and
-    the kernel runs (its tier already says it was never timed).
+    timed but none of this form. Given the row width `n_cols`, a bucket counts only where its
+    rows are 16-byte aligned as these are or unaligned as these are (`rows_aligned`). With no
+    timed bucket of this dtype there is no estimate, and the kernel runs (its tier already says
+    it was never timed).
 
     Returns:
         (why the reference runs, or None; a sentence of the evidence for describe()).
@@ -214,6 +226,17 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         return (f"this shape needs the {form} form of the kernel, and no {dtype} bucket of "
                 f"{target} timed that form against eager (timed: "
                 f"{', '.join(b['bucket'] for b in timed)}, another form)"), ""
+    if n_cols is not None:
+        aligned = rows_aligned(n_cols, dtype)
+        like = [b for b in same if not b.get("shape")
+                or rows_aligned(int(b["shape"][-1]), dtype) is aligned]
+        if not like:
+            return (f"this shape's rows of {n_cols} {dtype} are "
+                    f"{'' if aligned else 'not '}16-byte aligned, and no timed {dtype} bucket "
+                    f"of {target} with that form has rows that are "
+                    f"{'' if aligned else 'not '}(timed: "
+                    f"{', '.join(b['bucket'] for b in same)}): its loads would differ"), ""
+        same = like
     width = row_width(bucket)
     sides = ([b for b in same if row_width(b["bucket"]) <= width],
              [b for b in same if row_width(b["bucket"]) >= width])

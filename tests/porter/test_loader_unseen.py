@@ -184,11 +184,29 @@ def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
     the looped kernel the rule picks at an unported vocabulary width."""
     wide = {"strategy": "looped_l2", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
             "num_stages": 1, "dtype": "bf16"}
-    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131072": (wide, 1.5)}), device="h100")
-    # an odd width: 2-byte rows not 16-byte aligned, where the rule keeps the looped kernel
+    # an odd width: 2-byte rows not 16-byte aligned, where the rule keeps the looped kernel,
+    # and a bucket of unaligned rows too
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131071": (wide, 1.5)}), device="h100")
     c = op.choose(*_x(1024, 151937))  # bucket 1024x163840
     assert c.config["strategy"] == "looped" and c.runs_kernel
-    assert "1024x131072 ran 1.50x eager" in c.evidence and "4096x8192" not in c.evidence
+    assert "1024x131071 ran 1.50x eager" in c.evidence and "4096x8192" not in c.evidence
+
+
+def test_a_bucket_of_aligned_rows_says_nothing_of_unaligned_ones(tmp_path: Path) -> None:
+    """Rows 16-byte aligned load 16 bytes at a time, odd-width 2-byte rows one element at a
+    time: the looped softmax at 4096 x 50257 bf16 ran 0.79x eager on an H100 where a bucket
+    at 128256 columns had run 1.34x (bench/NOTES.md item 58)."""
+    wide = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 8,
+            "num_stages": 1, "dtype": "bf16"}
+    (tmp_path / "odd").mkdir()
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "4096x128256": (wide, 1.34)}), device="h100")
+    c = op.choose(*_x(4096, 50257))
+    assert c.config["strategy"] == "looped" and not c.runs_kernel
+    assert "rows of 50257 bf16 are not 16-byte aligned" in c.reference_why
+    # an unaligned bucket of that form is evidence for it
+    odd = load_pack(_pack(tmp_path / "odd", {**TWO_WIDTHS, "4096x65535": (wide, 1.34)}),
+                    device="h100")
+    assert odd.choose(*_x(4096, 50257)).runs_kernel
 
 
 def test_aligned_vocabulary_rows_derive_the_split_coop_kernel(tmp_path: Path) -> None:
