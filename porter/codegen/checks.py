@@ -8,7 +8,8 @@ import ast
 # (`cuda`: a fold's words are kept per stream). Nothing that computes.
 ALLOWED_TORCH = {"empty", "empty_like", "empty_strided", "zeros", "cuda", "float32", "float16",
                  "bfloat16", "float64", "int64", "int32", "int8", "uint8", "bool", "Tensor",
-                 "dtype", "device", "Size"}
+                 "dtype", "device", "Size",
+                 "version"}  # torch.version.hip: which GPU vendor the launcher runs on
 # Tensor methods that only read metadata or make views.
 ALLOWED_METHODS = {"stride", "numel", "element_size", "is_contiguous", "dim", "size", "view",
                    "data_ptr", "get", "items", "append", "__getitem__"}
