@@ -34,7 +34,8 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
 
     Where nothing was measured (`unmeasured`: the generated launcher called with no config, as
     at a shape no bucket was ported for; the port's search starts from the rules above and
-    measures these forms beside them), two more rules from a sweep at such shapes (item 57):
+    measures these forms beside them), three more rules from sweeps at such shapes (items
+    57-58):
     - rows wider than 4096 that are not a power of two are held as a head and a tail block
       with about 40 values per thread (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096
       at 16 warps), where the single pass masks up to half its lanes: the port's pick at 5120

@@ -27,11 +27,11 @@ the Metal backend has its own space (`porter.codegen.metal.variant_space`).
   chunk to the split row's partials in a workspace, waits at a per-row counter for the row's
   other programs (release add, acquire poll), combines the row's partials and writes its
   outputs from the registers: one DRAM read of the row where the looped kernel reads it twice.
-  The probe of this form reached 81-87% of copy at 4096 x 50,257-151,936 softmax fp32 on the
-  H100, where every other family reaches 58-64% and a first split_coop that re-read its chunk
-  after the barrier 65-72% (bench/NOTES.md items 51-52). Offered on CUDA Triton backends only
-  (HIP is unverified), where split_row's graph check passes, the op writes full rows (a
-  reduction-only op is read once already) and rows have MIN_COOP_COLS+ columns. Knobs:
+  On the H100 it ran softmax at 78-91% of copy at 4096 x 50,257-393,216 fp32 and 80% at
+  151,936 bf16, where every other family reaches 48-64% and a first split_coop that re-read
+  its chunk after the barrier 65-72% (bench/NOTES.md items 51-52, 58). Offered on CUDA Triton
+  backends only (HIP is unverified), where split_row's graph check passes, the op writes full
+  rows (a reduction-only op is read once already) and rows have MIN_COOP_COLS+ columns. Knobs:
   BLOCK_N (COOP_BLOCKS) with SPLIT = cdiv(n_cols, BLOCK_N), warps (COOP_WARPS, 4 to 64 values
   per thread), PROGRAMS_PER_SM (COOP_PER_SM), where a row's chunks fit on the device at once
   (SMs x PROGRAMS_PER_SM). The compile tier rejects a config whose compiled kernel fits fewer
@@ -68,7 +68,7 @@ L2_BLOCKS = (2048, 4096, 8192)
 MIN_COOP_COLS = 16384  # shorter rows: the single pass reads them once already
 COOP_BLOCKS = (4096, 8192, 16384)
 COOP_WARPS = (4, 8)
-COOP_PER_SM = (4, 2, 1)
+COOP_PER_SM = (1, 2, 4)
 # Offered first (per block and warps): the programs per SM that make COOP_SM_WARPS warps an SM.
 # The search's first split_coop try is the one nearest the default in BLOCK_N and warps, and
 # among equals the first offered. The H100's best ran 16 warps an SM (4096 x 4 warps x 4 per SM

@@ -214,9 +214,8 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
     timed but none of this form. Given the row width `n_cols`, a bucket whose rows are 16-byte
     aligned where these are not, or the other way (`rows_aligned`), counts its ratio divided by
-    UNALIGNED_FACTOR. With no
-    timed bucket of this dtype there is no estimate, and the kernel runs (its tier already says
-    it was never timed).
+    UNALIGNED_FACTOR. With no timed bucket of this dtype there is no estimate, and the kernel
+    runs (its tier already says it was never timed).
 
     Returns:
         (why the reference runs, or None; a sentence of the evidence for describe()).
@@ -241,6 +240,7 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
 
     def ratio(b: dict[str, Any]) -> float:
         return (speedup(b) or 1e-9) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
+
     width = row_width(bucket)
     sides = ([b for b in same if row_width(b["bucket"]) <= width],
              [b for b in same if row_width(b["bucket"]) >= width])
@@ -254,6 +254,7 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         estimate = ratio(near[0][0])
     octaves = min(d for _, d in near)
     need = 1.0 + MARGIN_PER_OCTAVE * octaves
+
     def told(b: dict[str, Any], d: float) -> str:
         other = (f" (rows {'not ' if aligned else ''}16-byte aligned where these are"
                  f"{'' if aligned else ' not'}: counted / {UNALIGNED_FACTOR:g})"
