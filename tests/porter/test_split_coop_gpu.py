@@ -1,7 +1,8 @@
 """split_coop on a GPU (issue 31): every config the search offers at the vocabulary shapes
 runs its cooperative launch (compiled, not interpreted) and matches float64 on every row, three
 times on fresh inputs (a race between a row's programs would show as a wrong row now and then).
-A config the driver refuses ("too many blocks in cooperative launch": fewer programs per SM
+Each config that runs also runs right at small odd widths, as the port's judge launches it. A
+config the driver refuses ("too many blocks in cooperative launch": fewer programs per SM
 fit than the config asks) is skipped, not failed, and the next config still runs; at least one
 config per case must run. Each program keeps its chunk in registers across the row's barrier
 (`porter/codegen/rowwise/coop.py`); the edge rows (a chunk or a row of -inf, a constant row,
@@ -92,6 +93,12 @@ def test_every_offered_config_is_right_on_every_row(fn, rows: int, cols: int,
             fresh = _inputs(fn, rows, cols, dtype, seed)
             err = _max_err(fn, fresh, mod.launch(*fresh, config=cfg))
             assert err <= TOL[dtype], (cfg, seed, err)
+        # the judge runs a candidate at its other shapes too, other widths with the same
+        # config (a chunk count strict to one width once failed every port's candidate)
+        for other_rows, other_cols in ((3, 1537), (5, 4097), (2, 20001)):
+            other = _inputs(fn, other_rows, other_cols, dtype, 7)
+            err = _max_err(fn, other, mod.launch(*other, config=cfg))
+            assert err <= TOL[dtype], (cfg, (other_rows, other_cols), err)
         ran.append(cfg)
     assert ran, refused
 
