@@ -15,7 +15,7 @@ def _next_pow2(n):
 
 def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
                     full_output=True, one_round_variance=False, unmeasured=False, coop=False,
-                    sms=132):
+                    cuda=True, sms=132):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
     From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
@@ -47,13 +47,13 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
       columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3;
     - rows too wide for the single pass, of an op that writes them, where the module has the
-      split_coop kernel (`coop`, CUDA) and its chunks load 16 bytes at a time (4-byte elements,
-      or 2-byte rows of a multiple of 8), split over co-resident programs, one chunk each in
-      registers (`sms`: the device's SMs, so that a row's chunks are all resident): 4096
-      columns at 4 warps, 4 per SM, in fp32 (78% / 91% of copy at 50,257 / 151,936 wide against
-      the looped kernel's 48% / 63%), 16384 at 8 warps, 2 per SM, in 16-bit (80% at 151,936
-      against 64%); at 50,257 wide in bf16 (2-byte loads) it ran 55%, eager's own kernel 68%
-      (item 58).
+      split_coop kernel (`coop`), on an NVIDIA GPU (`cuda`), and its chunks load 16 bytes at a
+      time (4-byte elements, or 2-byte rows of a multiple of 8), split over co-resident
+      programs, one chunk each in registers (`sms`: the device's SMs, so that a row's chunks
+      are all resident): 4096 columns at 4 warps, 4 per SM, in fp32 (78% / 91% of copy at
+      50,257 / 151,936 wide against the looped kernel's 48% / 63%), 16384 at 8 warps, 2 per
+      SM, in 16-bit (80% at 151,936 against 64%); at 50,257 wide in bf16 (2-byte loads) it ran
+      55%, eager's own kernel 68% (item 58).
     """
     cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
     max_warps = max(1, max_threads // warp_size)
@@ -67,7 +67,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
             warps *= 2
         cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": head, "BLOCK_TAIL": tail,
                "num_warps": warps, "num_stages": 1}
-    elif unmeasured and coop and full_output and last_dim and cfg["strategy"] == "looped" \
+    elif unmeasured and coop and cuda and full_output and last_dim and cfg["strategy"] == "looped" \
             and (elem_bytes >= 4 or n_cols * elem_bytes % 16 == 0):
         block, warps, per_sm = (4096, 4, 4) if elem_bytes >= 4 else (16384, 8, 2)
         split = -(-n_cols // block)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from porter.packs.format import bucket_distance
+from targets.dtypes import torch_dtype
 
 # At a shape no bucket was ported for, a neighbour's kernel runs only where it beat eager there by
 # this much per octave of distance (row width; a row-count octave counts a quarter, as in
@@ -100,6 +101,9 @@ def derive_config(module: ModuleType, hw: Any,
     device_args = {"warp_size": hw.warp_size,
                    "max_threads": int(hw.limits.max_threads_per_block.value),
                    "sms": int(hw.compute_units.value),
+                   # an NVIDIA device (split_coop runs on CUDA only, long_rows.not_offered):
+                   # the module's own check reads the local torch, not the derived-for device
+                   "cuda": hw.build.backend == "triton-cuda",
                    "tma": hw.has("tma") and hw.build.backend == "triton-cuda" and eb == 2,
                    # fp32 operands as three tf32 products where the module's tiled kernel takes
                    # them (it then ships acc_chunk) and the device has tf32 tensor cores, as
@@ -115,11 +119,6 @@ def derive_config(module: ModuleType, hw: Any,
             bound = sig.bind(*args, **kwargs)
             used = {k: v for k, v in device_args.items() if k in sig.parameters}
             bound.arguments.update(used)
-            if "coop" in bound.arguments:
-                # the split_coop kernel runs on CUDA only (long_rows.not_offered); the module's
-                # own check reads the local torch, not the device the config is derived for
-                bound.arguments["coop"] = bool(bound.arguments["coop"]) and \
-                    hw.build.backend == "triton-cuda"
             config = rule(*bound.args, **bound.kwargs)
             if config is None:  # not this rule's case (columns_default): the launcher goes on
                 return None
@@ -195,8 +194,7 @@ def rows_aligned(n_cols: int, dtype: str) -> bool:
     load 16 bytes at a time (ALIGN, heuristics.rowwise_align); elsewhere they load one element
     at a time, a different kernel in practice (softmax 4096 x 50257 bf16, looped: 0.79x eager,
     at 128256 columns 1.34x; bench/NOTES.md item 58)."""
-    elem = 4 if dtype in ("fp32", "float32") else 8 if dtype in ("fp64", "float64") else 2
-    return n_cols * elem % 16 == 0
+    return n_cols * torch_dtype(dtype).itemsize % 16 == 0
 
 
 def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
