@@ -163,7 +163,7 @@ def summarize(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     for (op, shape, dtype), prov in by_key.items():
         ours = prov.get("ported")
         if ours is None or ours.get("median_ms") is None:
-            table.append([op, "x".join(map(str, shape)), dtype, "", "FAILED"] + [""] * 8)
+            table.append([op, "x".join(map(str, shape)), dtype, "FAILED"] + [""] * 8)
             continue
 
         def sp(name: str, _ours: dict[str, Any] = ours) -> float | None:
