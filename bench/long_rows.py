@@ -63,6 +63,10 @@ def rmsnorm(x, w):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
 
 
+def instance_norm(x):
+    return F.instance_norm(x, eps=1e-5)  # KernelBench 34: rows of H x W, no weights
+
+
 def group_norm(x, w, b):
     return F.group_norm(x, 8, w, b, 1e-5)  # KernelBench 35: rows of C/8 channels x H x W
 
@@ -96,7 +100,11 @@ class Case:
 
 def _cases() -> list[Case]:
     out = [Case("ln3_16x64x256x256_fp32", layernorm3, (16, 64, 256, 256), torch.float32, 2, 3),
-           Case("softmax_4096x393216_fp32", softmax, (4096, 393216), torch.float32)]
+           Case("softmax_4096x393216_fp32", softmax, (4096, 393216), torch.float32),
+           # the suite's Llama-3 vocabulary row
+           Case("softmax_4096x128256_bf16", softmax, (4096, 128256), torch.bfloat16),
+           Case("in_112x64x512x512_fp32", instance_norm, (112, 64, 512, 512), torch.float32,
+                norm_dims=2)]
     for fn in (softmax, log_softmax):
         for width in (50257, 151936):
             for dt, tag in ((torch.float32, "fp32"), (torch.bfloat16, "bf16")):
@@ -171,6 +179,9 @@ def run_case(case: Case, hw: Any, args: argparse.Namespace, device: str = "cuda"
         return rows
     make_args = lambda: inputs  # noqa: E731 - one set: every case's input is far over L2
     screen = timing.compare(good, make_args, hw=hw, reps=args.screen_reps, warmup=1, graph=False)
+    for r in rows:  # every right config's screen time, to see each family's spread
+        if r["provider"] in screen.timings:
+            r["screen_ms"] = screen.timings[r["provider"]].median_ms
     best: dict[str, str] = {}
     for key, t in screen.timings.items():
         fam = key.split("#")[0]
@@ -215,6 +226,15 @@ def print_table(rows: list[dict[str, Any]]) -> None:
               f"{r['x_eager']:>9.2f}{xc:>10}  {cfg or ''}")
     for r in errors:
         print(f"  {r['provider']:<15} WRONG OR FAILED: {r['error']}  {r['config']}")
+    screened = sorted((r for r in rows if "screen_ms" in r), key=lambda r: r["screen_ms"])
+    if screened and final:
+        fastest = screened[0]["screen_ms"]
+        print(f"  screened ({len(screened)} configs, median of --screen-reps; x: time over the "
+              "fastest's)")
+        for r in screened:
+            cfg = {k: v for k, v in (r["config"] or {}).items() if k != "dtype"}
+            print(f"    {r['provider']:<15}{r['screen_ms']:>9.3f}{r['screen_ms'] / fastest:>7.2f}x"
+                  f"  {cfg}")
 
 
 def main(argv: list[str] | None = None) -> int:
