@@ -230,11 +230,21 @@ def _order(cands: list[Candidate], plan: ShapePlan) -> list[Candidate]:
 
 
 def _anchor(config: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
-    """The default, with its warps scaled to the lanes `config`'s block holds where that is
-    a head and a tail block (two_block): about the default's elements per thread. At 8192x5120
-    on the H200 the 4-warp two_block layernorm (5120 lanes, 40 per thread; the default holds 32)
-    ran 47.5 us, the 8-warp one (the default's warps) was not in the top ten (bench/NOTES.md
-    item 27)."""
+    """What `config`'s strategy tries first, as a point to measure its configs' distance from:
+    the default, with its warps scaled to the lanes `config`'s block holds where that is a head
+    and a tail block (two_block): about the default's elements per thread. At 8192x5120 on the
+    H200 the 4-warp two_block layernorm (5120 lanes, 40 per thread; the default holds 32) ran
+    47.5 us, the 8-warp one (the default's warps) was not in the top ten (bench/NOTES.md item
+    27). A split_coop config: `heuristics.coop_tile`'s chunk, whatever the default's block
+    (the looped default's 4096 x 4 warps ran KernelBench 23 at 66% of copy, coop_tile's 90%;
+    item 59)."""
+    if config.get("strategy") == "split_coop":
+        from porter.codegen import heuristics
+        from targets.dtypes import torch_dtype
+
+        block, warps, per_sm = heuristics.coop_tile(torch_dtype(config.get("dtype", "fp32"))
+                                                    .itemsize)
+        return {"BLOCK_N": block, "num_warps": warps, "PROGRAMS_PER_SM": per_sm}
     tail, warps, block = config.get("BLOCK_TAIL"), base.get("num_warps"), base.get("BLOCK_N")
     if not tail or not isinstance(warps, int) or not isinstance(block, int):
         return base

@@ -50,9 +50,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       split_coop kernel (`coop`), on an NVIDIA GPU (`cuda`), and its chunks load 16 bytes at a
       time (4-byte elements, or 2-byte rows of a multiple of 8), split over co-resident
       programs, one chunk each in registers (`sms`: the device's SMs, so that a row's chunks
-      are all resident): 4096 columns at 4 warps, 4 per SM, in fp32 (78% / 91% of copy at
-      50,257 / 151,936 wide against the looped kernel's 48% / 63%), 16384 at 8 warps, 2 per
-      SM, in 16-bit (80% at 151,936 against 64%); at 50,257 wide in bf16 (2-byte loads) it ran
+      are all resident), in `coop_tile`'s blocks; at 50,257 wide in bf16 (2-byte loads) it ran
       55%, eager's own kernel 68% (item 58).
     """
     cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
@@ -69,7 +67,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
                "num_warps": warps, "num_stages": 1}
     elif unmeasured and coop and cuda and full_output and last_dim and cfg["strategy"] == "looped" \
             and (elem_bytes >= 4 or n_cols * elem_bytes % 16 == 0):
-        block, warps, per_sm = (4096, 4, 4) if elem_bytes >= 4 else (16384, 8, 2)
+        block, warps, per_sm = coop_tile(elem_bytes)
         split = -(-n_cols // block)
         if split <= sms * per_sm and block // (warps * warp_size) >= 4:
             cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
@@ -450,6 +448,15 @@ def split_chunks(n_cols, split, block_n):
     per_chunk = -(-n // split)  # ceil(n / split)
     chunk = -(-per_chunk // block_n) * block_n  # rounded up to a multiple of block_n
     return chunk, -(-n // chunk)
+
+
+def coop_tile(elem_bytes):
+    """(BLOCK_N, warps, programs per SM) of a split_coop chunk: 64 values a thread, 16 warps an
+    SM. On the H100 (bench/NOTES.md items 58-59), softmax in fp32 at 8192 x 4 warps x 4 per SM:
+    89.6% of copy at 393,216 wide (4096 x 4 x 4: 71%), 90.8% at 151,936, and at 50,257 (odd
+    width: its kernel fits 2 per SM, as the launcher then runs it) within 1% of the best; in
+    16-bit at 16384 x 8 warps x 2 per SM: 80% at 151,936 and within 2% of the best at 128,256."""
+    return (8192, 4, 4) if elem_bytes >= 4 else (16384, 8, 2)
 
 
 def coop_groups(n_rows, n_chunks, resident):

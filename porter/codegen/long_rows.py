@@ -70,11 +70,10 @@ COOP_BLOCKS = (4096, 8192, 16384)
 COOP_WARPS = (4, 8)
 COOP_PER_SM = (1, 2, 4)
 # Offered first (per block and warps): the programs per SM that make COOP_SM_WARPS warps an SM.
-# The search's first split_coop try is the one nearest the default in BLOCK_N and warps, and
-# among equals the first offered. The H100's best ran 16 warps an SM (4096 x 4 warps x 4 per SM
-# in fp32, 78-91% of copy; 16384 x 8 warps x 2 in bf16, 80%; bench/NOTES.md item 58); one per
-# SM lost to the looped kernel at 393,216 columns, and 8 warps x 4 per SM was refused by the
-# driver (registers) in the suite's 4096 x 128256 bf16 port
+# The search's first split_coop try is `heuristics.coop_tile`'s (search._anchor), the others
+# in this order after it. The H100's best ran 16 warps an SM (8192 x 4 warps x 4 per SM in
+# fp32, 90% of copy; 16384 x 8 warps x 2 in bf16, 80%; bench/NOTES.md items 58-59); one per SM
+# lost to the looped kernel at 393,216 columns
 COOP_SM_WARPS = 16
 # A chunk of one block per program: up to 64 values per thread, as the probe's best at width
 # 151,936 (16384 columns over 8 warps, bench/NOTES.md item 51); its registers and spills are

@@ -27,6 +27,7 @@ import torch  # noqa: E402
 
 import hwmodels  # noqa: E402
 from porter.codegen import generate  # noqa: E402
+from porter.codegen import heuristics  # noqa: E402
 from porter.codegen import load_generated_module  # noqa: E402
 from porter.codegen import long_rows  # noqa: E402
 from tests.porter.test_codegen import _ref64  # noqa: E402
@@ -100,8 +101,62 @@ def test_launcher_with_no_config_splits_a_vocabulary_row_over_programs() -> None
     ex = _inputs(softmax, 2, 40000, FP32)
     launches: list[dict[str, Any]] = []
     got = _launch(softmax, ex, "coop_default_40000", None, TWO_PHASES, launches)
-    assert launches[0]["BLOCK_N"] == 4096 and launches[0]["num_warps"] == 4
+    block, warps, _ = heuristics.coop_tile(4)
+    assert launches[0]["BLOCK_N"] == block and launches[0]["num_warps"] == warps
     assert_close(got, _ref64(softmax, ex), FP32)
+
+
+class _Refusing(_Recorded):
+    """A kernel whose first `refusals` launches fail as the driver refuses a cooperative grid
+    too large for the SMs (a kernel compiled at another width may fit fewer programs per SM)."""
+
+    def __init__(self, kernel: Any, launches: list[dict[str, Any]], refusals: int,
+                 message: str = "Triton Error [CUDA]: too many blocks in cooperative launch"
+                 ) -> None:
+        super().__init__(kernel, launches)
+        self.refusals, self.message = refusals, message
+
+    def __getitem__(self, grid: Any) -> Any:
+        def launch(*args: Any, **kwargs: Any) -> Any:
+            if self.refusals:
+                self.refusals -= 1
+                raise RuntimeError(self.message)
+            self.launches.append(kwargs)
+            return self.kernel[grid](*args, **kwargs)
+        return launch
+
+
+def _refusing_module(name: str, ex: tuple[Any, ...]) -> tuple[Any, Any, str]:
+    op = generate(softmax, ex, name=name)
+    mod = load_generated_module(op.triton_module_source(), name, interpret=True)
+    return op, mod, next(k for k in vars(mod) if k.endswith("_split_coop_kernel"))
+
+
+def test_a_refused_cooperative_launch_runs_again_at_fewer_programs_per_sm() -> None:
+    ex = _inputs(softmax, 3, 9000, FP32)
+    op, mod, kname = _refusing_module("coop_refused", ex)
+    kernel, launches = getattr(mod, kname), []
+    cfg = _coop(4096, 9000, per_sm=4)
+    setattr(mod, kname, _Refusing(kernel, launches, refusals=2))
+    out = torch.full(op.output_spec(ex)[0][0], float("nan"))
+    got = mod.launch(*ex, out=out, config=cfg)
+    assert_close((got,), _ref64(softmax, ex), FP32)
+    assert [k["PHASE"] for k in launches] == TWO_PHASES  # run once, after two refusals
+    # the programs per SM the driver took are kept: the next call starts there
+    assert list(mod._COOP_PER_SM.values()) == [1]
+    setattr(mod, kname, _Refusing(kernel, launches := [], refusals=1))
+    with pytest.raises(RuntimeError, match="cooperative launch"):  # at 1 per SM: the error
+        mod.launch(*ex, out=out, config=cfg)
+
+
+def test_other_launch_errors_are_not_retried() -> None:
+    ex = _inputs(softmax, 3, 9000, FP32)
+    op, mod, kname = _refusing_module("coop_other_error", ex)
+    setattr(mod, kname, _Refusing(getattr(mod, kname), [], refusals=1,
+                                  message="Triton Error [CUDA]: an illegal memory access"))
+    with pytest.raises(RuntimeError, match="illegal memory access"):
+        mod.launch(*ex, out=torch.empty(3, 9000), config=_coop(4096, 9000, per_sm=4))
+    assert mod._COOP_PER_SM == {}
 
 
 @pytest.mark.parametrize(("fn", "cols", "block"), [
@@ -238,7 +293,7 @@ def test_offered_on_h100_for_vocabulary_softmax() -> None:
     assert {c["PROGRAMS_PER_SM"] for c in coop} == set(long_rows.COOP_PER_SM)
     assert all(c["LANES"] for c in coop)  # the online softmax's partials take LANES
     # the probe's best configs (bench/NOTES.md item 51) are among them
-    assert any((c["BLOCK_N"], c["num_warps"], c["PROGRAMS_PER_SM"]) == (4096, 4, 4)
+    assert any((c["BLOCK_N"], c["num_warps"], c["PROGRAMS_PER_SM"]) == heuristics.coop_tile(4)
                for c in coop)
     wide = _coop_configs(op, "h100", (_meta(4096, 151936, dtype=BF16),), BF16)
     assert any((c["BLOCK_N"], c["num_warps"], c["PROGRAMS_PER_SM"]) == (16384, 8, 2)

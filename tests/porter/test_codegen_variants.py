@@ -198,14 +198,14 @@ def test_unmeasured_rowwise_default_splits_aligned_vocabulary_rows_over_programs
         return tuple(cfg.get(k) for k in ("strategy", "BLOCK_N", "SPLIT", "num_warps",
                                           "PROGRAMS_PER_SM"))
 
-    # item 58: 4096 x 4 warps x 4 per SM in fp32, 16384 x 8 warps x 2 per SM in 16-bit
-    assert rule(151936, 4, coop=True) == ("split_coop", 4096, 38, 4, 4)
-    assert rule(50257, 4, coop=True) == ("split_coop", 4096, 13, 4, 4)
+    # items 58-59: 8192 x 4 warps x 4 per SM in fp32, 16384 x 8 warps x 2 per SM in 16-bit
+    assert rule(151936, 4, coop=True) == ("split_coop", 8192, 19, 4, 4)
+    assert rule(50257, 4, coop=True) == ("split_coop", 8192, 7, 4, 4)
     assert rule(151936, 2, coop=True) == ("split_coop", 16384, 10, 8, 2)
     # 2-byte rows not 16-byte aligned, no split_coop kernel, or more chunks than fit at once
     assert rule(50257, 2, coop=True)[0] == "looped"
     assert rule(151936, 4)[0] == "looped"
-    assert rule(4194304, 4, coop=True, sms=132)[0] == "looped"
+    assert rule(4194304, 4, coop=True, sms=64)[0] == "looped"  # 512 chunks, 256 programs
     assert rule(151936, 4, coop=True, full_output=False)[0] == "looped"
 
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 import hwmodels
+from porter.codegen import heuristics
 from porter.planner import plan
 from porter.port import generate_op as _generate
 from porter.search import search
@@ -78,3 +80,14 @@ def test_two_block_first_try_keeps_about_the_defaults_elements_per_thread() -> N
         "single_pass", 8192, 8)
     (first,) = [c for c in cands if c["strategy"] == "two_block"][:1]
     assert (first["BLOCK_N"], first["BLOCK_TAIL"], first["num_warps"]) == (4096, 1024, 4)
+
+
+@pytest.mark.parametrize(("dtype", "elem"), [(torch.float32, 4), (torch.bfloat16, 2)])
+def test_a_long_rows_first_split_coop_try_is_coop_tiles(dtype: torch.dtype, elem: int) -> None:
+    # whatever the looped default's block: KernelBench 23's port took the split_coop config
+    # nearest the looped 4096 x 4 warps and ran 66% of copy, coop_tile's 90% (NOTES item 59)
+    cands = _candidates("softmax", (4096, 393216), "h100", 4, dtype)
+    coop = [c for c in cands if c["strategy"] == "split_coop"]
+    assert len(coop) == 1
+    assert (coop[0]["BLOCK_N"], coop[0]["num_warps"], coop[0]["PROGRAMS_PER_SM"]) == \
+        heuristics.coop_tile(elem)

@@ -3,7 +3,8 @@ runs its cooperative launch (compiled, not interpreted) and matches float64 on e
 times on fresh inputs (a race between a row's programs would show as a wrong row now and then).
 Each config that runs also runs right at small odd widths, as the port's judge launches it. A
 config the driver refuses ("too many blocks in cooperative launch": fewer programs per SM
-fit than the config asks) is skipped, not failed, and the next config still runs; at least one
+fit than the config asks) runs again at fewer programs per SM (the launcher's own retry); one
+refused even at one per SM is skipped, not failed, and the next config still runs; at least one
 config per case must run. Each program keeps its chunk in registers across the row's barrier
 (`porter/codegen/rowwise/coop.py`); the edge rows (a chunk or a row of -inf, a constant row,
 an outlier at each chunk's first column, a one-column last chunk) run too.
@@ -101,6 +102,24 @@ def test_every_offered_config_is_right_on_every_row(fn, rows: int, cols: int,
             assert err <= TOL[dtype], (cfg, (other_rows, other_cols), err)
         ran.append(cfg)
     assert ran, refused
+
+
+def test_a_config_refused_at_an_odd_width_runs_at_fewer_programs_per_sm() -> None:
+    # 8192 x 4 warps x 4 per SM (coop_tile's fp32 chunk) fits 4 programs an SM at aligned
+    # widths; at 50,257 (rows loaded one element at a time) its kernel fitted 2 on the H100
+    # with triton 3.6 and the launch was refused (bench/NOTES.md item 59): the launcher runs
+    # it at fewer per SM, right on every row
+    from porter.codegen import generate
+    from porter.codegen import load_generated_module
+
+    op = generate(softmax, (torch.randn(4, 64),), name="coop_gpu_refused")
+    mod = load_generated_module(op.triton_module_source(), "coop_gpu_refused", interpret=False)
+    cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 8192, "SPLIT": 7, "num_warps": 4,
+           "num_stages": 1, "PROGRAMS_PER_SM": 4}
+    for seed in range(3):
+        x = _inputs(softmax, 4096, 50257, torch.float32, seed)
+        assert _max_err(softmax, x, mod.launch(*x, config=cfg)) <= TOL[torch.float32]
+    assert all(1 <= p <= 4 for p in mod._COOP_PER_SM.values())
 
 
 def test_a_cooperative_launch_replays_in_a_cuda_graph() -> None:
