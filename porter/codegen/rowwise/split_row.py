@@ -278,19 +278,30 @@ def _combine_moments(rg: RowGen, em: Emitter, p: Partial, record: int, cache: st
                      chunk_cols: str) -> None:
     """Chan's combination of the chunks' (count, mean, M2): the row's mean, as chunk 0's mean
     plus the count-weighted mean of the others' offsets from it (a constant row's mean is then
-    exact, so x - mean is 0), and M2 = sum(M2_c + n_c (mean_c - mean)^2)."""
+    exact, so x - mean is 0), and M2 = sum(M2_c + n_c (mean_c - mean)^2).
+
+    The row values are scalars (the split kernels take one row a program, ROWS = 1, which the
+    kernel asserts): as [ROWS, 1] tensors, Triton 3.6 gave the chain reduce -> broadcast ->
+    reduce -> the chunk's x - mean the [1, 1] tensors' layout (32 x 4 threads down the one
+    row), loaded the row's SPLIT records again in it, every thread all of them, and broadcast
+    the mean over the chunk in it. sm_90 cross-compiles with Triton 3.6 (instance norm over
+    rows of 512 x 512 fp32): split_coop at 4096 x 4 warps (SPLIT 64) 243 registers and 86
+    loads a thread, 2 programs an SM at most; as scalars 87 and 16. split_row's apply kernel
+    (2048 x 16 warps) 90 -> 32 registers. Triton 3.9 gave 78 and 32 either way."""
     r, second = p.nodes
+    em.emit("tl.static_assert(ROWS == 1, 'the moments combine reduces one row to scalars')")
     pm = _load(em, record, p.slot, "0.0", "pm", cache)
     pq = _load(em, record, p.slot + 1, "0.0", "pq", cache)
     n = em.tmp(f"tl.where(part_mask, tl.minimum({chunk_cols}, n_cols - parts * {chunk_cols}), 0)"
                ".to(tl.float32)", "n_part")
-    m0 = em.tmp(f"tl.sum(tl.where(parts == 0, {pm}, 0.0), axis=1)[:, None]", "m0_")
-    offset = em.tmp(f"tl.sum({n} * ({pm} - {m0}), axis=1)[:, None]", "off")
+    m0 = em.tmp(f"tl.sum(tl.sum(tl.where(parts == 0, {pm}, 0.0), axis=1), axis=0)", "m0_")
+    offset = em.tmp(f"tl.sum(tl.sum({n} * ({pm} - {m0}), axis=1), axis=0)", "off")
     # IEEE division, as the traced mean's (emit.TRITON_FN): `/` is approximate on NVIDIA
     mean = em.tmp(f"{m0} + tl.math.div_rn({offset}, tl.cast(n_cols, tl.float32))", "mean")
     dev = em.tmp(f"{pm} - {mean}", "dev")
     em.reduced[second.id] = em.tmp(
-        f"tl.sum(tl.where(part_mask, {pq} + {n} * {dev} * {dev}, 0.0), axis=1)[:, None]", "red")
+        f"tl.sum(tl.sum(tl.where(part_mask, {pq} + {n} * {dev} * {dev}, 0.0), axis=1), axis=0)",
+        "red")
     em.reduced[r.id] = em.tmp(f"{mean} * n_cols", "red")
     mean_node = second.args[0].args[0].args[1]
     key = (mean_node.id, rg.coords_for(mean_node), None)
