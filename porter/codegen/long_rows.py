@@ -66,7 +66,7 @@ MIN_L2_COLS = 32768 + 1  # the default's widest single pass (heuristics._rowwise
 L2_SHARES = (0.25, 0.5, 0.75)
 L2_BLOCKS = (2048, 4096, 8192)
 MIN_COOP_COLS = 16384  # shorter rows: the single pass reads them once already
-COOP_BLOCKS = (4096, 8192, 16384, 32768)
+COOP_BLOCKS = (4096, 8192, 16384)
 COOP_WARPS = (4, 8)
 COOP_PER_SM = (1, 2, 4)
 # Offered first (per block and warps): the programs per SM that make COOP_SM_WARPS warps an SM.
@@ -75,10 +75,10 @@ COOP_PER_SM = (1, 2, 4)
 # fp32, 90% of copy; 16384 x 8 warps x 2 in bf16, 80%; bench/NOTES.md items 58-59); one per SM
 # lost to the looped kernel at 393,216 columns
 COOP_SM_WARPS = 16
-# A chunk of one block per program: up to 256 bytes a thread (64 fp32 values, as the probe's
-# best at width 151,936, 16384 columns over 8 warps, bench/NOTES.md item 51; 128 16-bit
-# values); its registers and spills are the compile check's to judge
-COOP_MAX_BYTES = 256
+# A chunk of one block per program: up to 64 values per thread, as the probe's best at width
+# 151,936 (16384 columns over 8 warps, bench/NOTES.md item 51); its registers and spills are
+# the compile check's to judge
+COOP_MAX_VALUES = 64
 
 
 def offered_on(hw: HardwareModel) -> bool:
@@ -220,7 +220,7 @@ def _split_coop(op: GeneratedOp, hw: HardwareModel, n_rows: int, n_cols: int,
     sms, warp = int(hw.compute_units.value), hw.warp_size
     out = []
     for block, w in itertools.product(COOP_BLOCKS, COOP_WARPS):
-        if w not in warps_ok or not 4 <= block / (w * warp) <= COOP_MAX_BYTES / elem_bytes:
+        if w not in warps_ok or not 4 <= block / (w * warp) <= COOP_MAX_VALUES:
             continue
         for per_sm in sorted(COOP_PER_SM, key=lambda p: (abs(math.log2(p * w / COOP_SM_WARPS)),
                                                          -p)):
