@@ -72,19 +72,22 @@ OPS: dict[str, dict[str, Any]] = {
 UNSEEN_ROWS = [(10000, 3000), (3000, 6144), (1000, 12288), (4096, 20000), (10000, 4096),
                (1000, 8192)]
 VOCAB = [(4096, 50257), (1024, 151936)]
-# Shapes the launcher's unmeasured rules (heuristics.rowwise_default, bench/NOTES.md item 57)
-# were NOT swept at: the rows above at 12288-151936 columns were, so these check that the rules
-# hold elsewhere (two blocks at 24000 and 9000, a reduction at 6000, Falcon's 65024 vocabulary).
-SWEPT = [(4096, 20000), (10000, 4096), (1000, 12288), *VOCAB]
-HELD_OUT = [(2500, 24000), (8000, 9000), (20000, 6000)]
+# Shapes the launcher's unmeasured rules (heuristics.rowwise_default, bench/NOTES.md items 57,
+# 59) were NOT swept at: the rows above at 12288-151936 columns were, and 2500 x 24000 and
+# 8000 x 9000 in item 59 (held out in item 58), so these check that the rules hold elsewhere (a
+# reduction at 6000, two blocks or a 4096-column loop at 11000, split_coop or the looped
+# reduction at 40000, Falcon's 65024 vocabulary).
+SWEPT = [(4096, 20000), (10000, 4096), (1000, 12288), *VOCAB, (2500, 24000), (8000, 9000)]
+HELD_OUT = [(20000, 6000), (6000, 11000), (3000, 40000)]
 VOCAB_HELD_OUT = [(4096, 65024)]
 UNSEEN: dict[str, dict[str, Any]] = {
-    "rmsnorm": {"shapes": UNSEEN_ROWS + HELD_OUT, "fp32": [(3000, 6144)]},
-    "layernorm": {"shapes": UNSEEN_ROWS + HELD_OUT, "fp32": [(3000, 6144)]},
-    "softmax": {"shapes": UNSEEN_ROWS + VOCAB + HELD_OUT + VOCAB_HELD_OUT,
+    "rmsnorm": {"shapes": UNSEEN_ROWS + SWEPT[-2:] + HELD_OUT, "fp32": [(3000, 6144)]},
+    "layernorm": {"shapes": UNSEEN_ROWS + SWEPT[-2:] + HELD_OUT, "fp32": [(3000, 6144)]},
+    "softmax": {"shapes": UNSEEN_ROWS + VOCAB + SWEPT[-2:] + HELD_OUT + VOCAB_HELD_OUT,
                 "fp32": [(3000, 6144)]},
     # ported in bf16 only
-    "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB + HELD_OUT + VOCAB_HELD_OUT, "fp32": []},
+    "cross_entropy": {"shapes": UNSEEN_ROWS + VOCAB + SWEPT[-2:] + HELD_OUT + VOCAB_HELD_OUT,
+                      "fp32": []},
 }
 EVENTS_METHOD = ("CUDA events with a device-side head start (host launch overhead excluded for "
                  "all providers)")

@@ -34,8 +34,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
 
     Where nothing was measured (`unmeasured`: the generated launcher called with no config, as
     at a shape no bucket was ported for; the port's search starts from the rules above and
-    measures these forms beside them), three more rules from sweeps at such shapes (items
-    57-58):
+    measures these forms beside them), more rules from sweeps at such shapes (items 57-59):
     - rows wider than 4096 that are not a power of two are held as a head and a tail block
       with about 40 values per thread (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096
       at 16 warps), where the single pass masks up to half its lanes: the port's pick at 5120
@@ -45,7 +44,10 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       single pass's 147, and the looped kernel's 120.5 is a form no suite bucket times, so the
       loader's estimate would run the reference there (item 58);
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
-      columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3;
+      columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and in
+      looped rows, in 4096-column blocks (2 warps): at 8000 x 9000 bf16 58.7 us where the
+      8192 x 8 warps default's second block is 90% masked (and 8192 x 4 warps ran 64.7), at
+      4096 x 50257 161.1 us against 165.6 (item 59);
     - rows too wide for the single pass, of an op that writes them, where the module has the
       split_coop kernel (`coop`), on an NVIDIA GPU (`cuda`), and its chunks load 16 bytes at a
       time (4-byte elements, or 2-byte rows of a multiple of 8), split over co-resident
@@ -75,6 +77,9 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
     elif unmeasured and not full_output and last_dim and cfg["strategy"] == "single_pass" \
             and block >= 4096:
         cfg["num_warps"] = max(1, min(max_warps, cfg["ROWS"] * block // (64 * warp_size)))
+    elif unmeasured and not full_output and last_dim and cfg["strategy"] == "looped":
+        cfg["BLOCK_N"] = min(block, 4096)
+        cfg["num_warps"] = max(1, min(max_warps, cfg["BLOCK_N"] // (64 * warp_size)))
     if one_round_variance and n_cols > 8192:
         cfg["VAR1"] = True
     return cfg
