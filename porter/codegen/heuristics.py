@@ -44,10 +44,12 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       single pass's 147, and the looped kernel's 120.5 is a form no suite bucket times, so the
       loader's estimate would run the reference there (item 58);
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
-      columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and in
-      looped rows, in 4096-column blocks (2 warps): at 8000 x 9000 bf16 58.7 us where the
-      8192 x 8 warps default's second block is 90% masked (and 8192 x 4 warps ran 64.7), at
-      4096 x 50257 161.1 us against 165.6 (item 59);
+      columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and
+      looped rows take 4096-column blocks at 4 warps (32 values a thread), within 5% of each
+      sweep's best at four shapes, where the 8192 x 8 warps default lost 14%+ at 8000 x 9000
+      (its second block 90% masked) and 64 values a thread (2 warps) 6%+ at 2500 x 24000 (too
+      few warps for 2500 rows): cross-entropy bf16 at 8000 x 9000 59.9 us (best 56.9), 2500 x
+      24000 48.3 (48.2), 4096 x 50257 165.3 (160.7), 1024 x 151936 112.3 (the best; item 59);
     - rows too wide for the single pass, of an op that writes them, where the module has the
       split_coop kernel (`coop`), on an NVIDIA GPU (`cuda`), and its chunks load 16 bytes at a
       time (4-byte elements, or 2-byte rows of a multiple of 8), split over co-resident
@@ -79,7 +81,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
         cfg["num_warps"] = max(1, min(max_warps, cfg["ROWS"] * block // (64 * warp_size)))
     elif unmeasured and not full_output and last_dim and cfg["strategy"] == "looped":
         cfg["BLOCK_N"] = min(block, 4096)
-        cfg["num_warps"] = max(1, min(max_warps, cfg["BLOCK_N"] // (64 * warp_size)))
+        cfg["num_warps"] = max(1, min(max_warps, cfg["BLOCK_N"] // (32 * warp_size)))
     if one_round_variance and n_cols > 8192:
         cfg["VAR1"] = True
     return cfg

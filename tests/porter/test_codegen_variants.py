@@ -221,11 +221,11 @@ def test_unmeasured_rowwise_default_gives_reductions_64_values_per_thread() -> N
     assert warps(4097, 1537, full_output=False) == 4
     assert warps(10000, 4096) == 8
     assert rowwise_default(10000, 4096, 2, True, full_output=False)["num_warps"] == 8
-    # looped reductions: 4096-column blocks at 64 values per thread (item 59), whatever the
+    # looped reductions: 4096-column blocks at 32 values per thread (item 59), whatever the
     # width; the port's anchor keeps 8192 x 8 warps
     for n_cols in (9000, 50257, 151936):
         cfg = rowwise_default(4096, n_cols, 2, True, full_output=False, unmeasured=True)
-        assert (cfg["strategy"], cfg["BLOCK_N"], cfg["num_warps"]) == ("looped", 4096, 2)
+        assert (cfg["strategy"], cfg["BLOCK_N"], cfg["num_warps"]) == ("looped", 4096, 4)
     anchor = rowwise_default(8000, 9000, 2, True, full_output=False)
     assert (anchor["BLOCK_N"], anchor["num_warps"]) == (8192, 8)
 
