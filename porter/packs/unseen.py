@@ -36,6 +36,13 @@ MARGIN_PER_OCTAVE = 0.10
 # 4096 x 128256 bucket ran 1.34x (a factor 1.7; bench/NOTES.md item 58). Cross-entropy's
 # kernels ran 6-12x eager at either alignment, which the factor leaves clear.
 UNALIGNED_FACTOR = 2.0
+# Where no timed bucket of this dtype ran the kernel form the shape needs (`kernel_form`), the
+# buckets of other forms count with their ratios divided by this: a form's speed says little
+# about another's (a looped softmax reads each row twice: at most 2x the one-block kernel's
+# traffic), but a kernel far ahead of eager in every form stays ahead. Cross-entropy's pack,
+# its buckets all looped in one H100 port (6-12x eager), had run eager at five one-block shapes
+# where its kernel ran 6-8x eager (bench/NOTES.md item 59).
+OTHER_FORM_FACTOR = 2.0
 # A bucket of the same row width lends its config to row counts within this many octaves: a
 # row-wise config is tuned for its width; far fewer rows (a grid under the SM count) may have
 # been won by a config that spreads one row over more warps.
@@ -209,8 +216,9 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     (on a log scale, each weighted by the other's distance: the nearer counts more; one side
     only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
     octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
-    counts a quarter); otherwise the reference runs, as it does when buckets of this dtype were
-    timed but none of this form. Given the row width `n_cols`, a bucket whose rows are 16-byte
+    counts a quarter); otherwise the reference runs. Where buckets of this dtype were timed but
+    none of this form, the same rule runs over the buckets of the other forms, each ratio
+    divided by OTHER_FORM_FACTOR. Given the row width `n_cols`, a bucket whose rows are 16-byte
     aligned where these are not, or the other way (`rows_aligned`), counts its ratio divided by
     UNALIGNED_FACTOR. With no timed bucket of this dtype there is no estimate, and the kernel
     runs (its tier already says it was never timed).
@@ -226,10 +234,9 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                       "estimate either way")
     form = kernel_form(config)
     same = [b for b in timed if form is None or kernel_form(b.get("config")) in (None, form)]
-    if not same:
-        return (f"this shape needs the {form} form of the kernel, and no {dtype} bucket of "
-                f"{target} timed that form against eager (timed: "
-                f"{', '.join(b['bucket'] for b in timed)}, another form)"), ""
+    other_form = not same
+    if other_form:
+        same = timed
     aligned, unlike = True, set()
     if n_cols is not None:
         aligned = rows_aligned(n_cols, dtype)
@@ -237,7 +244,8 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                   and rows_aligned(int(b["shape"][-1]), dtype) is not aligned}
 
     def ratio(b: dict[str, Any]) -> float:
-        return (speedup(b) or 1e-9) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
+        return ((speedup(b) or 1e-9) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
+                / (OTHER_FORM_FACTOR if other_form else 1.0))
 
     width = row_width(bucket)
     sides = ([b for b in same if row_width(b["bucket"]) <= width],
@@ -257,8 +265,10 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         other = (f" (rows {'not ' if aligned else ''}16-byte aligned where these are"
                  f"{'' if aligned else ' not'}: counted / {UNALIGNED_FACTOR:g})"
                  if b["bucket"] in unlike else "")
+        form_note = (f" (the {kernel_form(b.get('config'))} form where this shape needs the "
+                     f"{form} form: counted / {OTHER_FORM_FACTOR:g})" if other_form else "")
         return (f"{b['bucket']} ran {speedup(b):.2f}x eager{_pct_of_copy(b, target)}, "
-                f"{d:.2f} octaves away{other}")
+                f"{d:.2f} octaves away{other}{form_note}")
 
     evidence = ("timed neighbours: " + "; ".join(told(b, d) for b, d in near) +
                 f"; estimate here {estimate:.2f}x eager, needs >= {need:.2f}x (1 + "

@@ -170,13 +170,22 @@ def test_margin_grows_with_distance(tmp_path: Path) -> None:
     assert f"needs >= {1 + MARGIN_PER_OCTAVE * 1.415:.2f}x" in far.reference_why
 
 
-def test_a_form_never_timed_runs_the_reference(tmp_path: Path) -> None:
+def test_a_form_never_timed_counts_the_other_forms_halved(tmp_path: Path) -> None:
     """At a vocabulary width the rule picks the looped kernel, and every timed bucket ran one
-    block per row: their speed says nothing about the looped form's."""
+    block per row: their speed says little about the looped form's, so a thin lead over eager
+    there (1.5-1.6x, halved) runs the reference, and a wide one (6-12x, cross-entropy's) the
+    kernel (bench/NOTES.md item 59)."""
     op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
     c = op.choose(*_x(1024, 50257))
     assert c.config["strategy"] == "looped" and not c.runs_kernel
-    assert "needs the looped form" in c.reference_why
+    assert "estimated slower than eager here" in c.reference_why
+    assert "(the one-block form where this shape needs the looped form: counted / 2)" \
+        in c.reference_why
+    (tmp_path / "wide").mkdir()
+    ahead = {b: (cfg, 8.0) for b, (cfg, _) in TWO_WIDTHS.items()}
+    far = load_pack(_pack(tmp_path / "wide", ahead), device="h100").choose(*_x(1024, 50257))
+    assert far.config["strategy"] == "looped" and far.runs_kernel
+    assert "counted / 2" in far.evidence
 
 
 def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
