@@ -236,8 +236,8 @@ def _anchor(config: dict[str, Any], base: dict[str, Any]) -> dict[str, Any]:
     H200 the 4-warp two_block layernorm (5120 lanes, 40 per thread; the default holds 32) ran
     47.5 us, the 8-warp one (the default's warps) was not in the top ten (bench/NOTES.md item
     27). A split_coop config: `heuristics.coop_tile`'s chunk, whatever the default's block
-    (the looped default's 4096 x 4 warps ran KernelBench 23 at 66% of copy, coop_tile's 90%;
-    item 59)."""
+    (the looped default's nearest, 4096 x 4 warps, ran KernelBench 23 at 72% of copy,
+    coop_tile's 90%; item 59)."""
     if config.get("strategy") == "split_coop":
         from porter.codegen import heuristics
         from targets.dtypes import torch_dtype

@@ -460,7 +460,7 @@ def split_chunks(n_cols, split, block_n):
 def coop_tile(elem_bytes):
     """(BLOCK_N, warps, programs per SM) of a split_coop chunk: 64 values a thread, 16 warps an
     SM. On the H100 (bench/NOTES.md items 58-59), softmax in fp32 at 8192 x 4 warps x 4 per SM:
-    89.6% of copy at 393,216 wide (4096 x 4 x 4: 71%), 90.8% at 151,936, and at 50,257 (odd
+    89.6% of copy at 393,216 wide (4096 x 4 x 4: 72%), 90.8% at 151,936, and at 50,257 (odd
     width: its kernel fits 2 per SM, as the launcher then runs it) within 1% of the best; in
     16-bit at 16384 x 8 warps x 2 per SM: 80% at 151,936 and within 2% of the best at 128,256."""
     return (8192, 4, 4) if elem_bytes >= 4 else (16384, 8, 2)
