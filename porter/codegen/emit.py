@@ -88,6 +88,11 @@ class Emitter:
         # select (see rowwise.py).
         self.fills: dict[int, float] = {}
         self.masked: dict[str, float] = {}
+        # The looped kernel's SHIFT body (rowwise.looped.shifted): a whole row's loads and
+        # stores take the block's 16-byte-aligned address (`row_address`); `shifted` lists the
+        # tensors that did (launcher expressions), whose strides the launcher checks.
+        self.shift = False
+        self.shifted: list[str] = []
         self._n = 0
         # Compile-time flag of a Triton kernel: every output is fp16/bf16, so erf may take the
         # cheaper formula of porter/codegen/fastmath.py (the pointers' types decide at JIT time).
@@ -306,6 +311,15 @@ class Emitter:
             if mask:
                 val = f"(({mask}) ? {val} : {'0.0f' if cls == 'f' else '0'})"
             return self.tmp(val, "x")
+        shifted = self.row_address(f"inputs[{k}]", ptr, coords, n.shape,
+                                   lambda d, col: self.args.input_stride(k, d, col))
+        if shifted is not None and mask == self.full_mask:
+            load = f"tl.load({shifted}{{}})" + (".to(tl.float32)" if cls == "f" else "")
+            fill = self.fills.get(k, 0.0) if cls == "f" else 0
+            var = self.branch_on_inner(
+                load.format(""), load.format(f", mask={mask}, other={self.const(fill)}"), "x")
+            self.masked[var] = fill
+            return var
         addr = " + ".join([ptr] + [f"({t})" for t in terms_row + terms_col])
         flat = self.flat_terms(coords, n.shape, lambda d, c: self.args.input_stride(
             k, d, c.col or c.unit))
@@ -326,6 +340,32 @@ class Emitter:
         if full_row:
             self.masked[var] = fill
         return var
+
+    def row_address(self, tensor: str, ptr: str, coords: tuple[Coord, ...],
+                    shape: tuple[Any, ...], stride: Any) -> str | None:
+        """In the SHIFT body, a whole row's address at the block's aligned columns: the row's
+        start rounded down to SHIFT elements (a multiple the compiler sees), plus `cols_al`
+        (the columns plus the row's skew, from a multiple of BLOCK_N), so that its loads are
+        16 bytes wide. None elsewhere (the usual address, at the true `cols`)."""
+        if not self.shift or self.dialect != "triton" or len(coords) != 2 or \
+                coords[0].expr != "rows" or coords[1].expr != "cols" or not coords[1].col or \
+                any(s == 1 for s in shape):
+            return None
+        if tensor not in self.shifted:
+            self.shifted.append(tensor)
+        row, col = stride(0, False), stride(1, True)
+        return f"{ptr} + (row_s * {row}) // SHIFT * SHIFT + cols_al * {col}"
+
+    def branch_on_inner(self, inner: str, edge: str, prefix: str) -> str:
+        """A value that is `inner` in the SHIFT body's inner blocks (no lane masked: their
+        loads unmasked) and `edge` in the row's first and last blocks (a runtime branch)."""
+        self._n += 1
+        name = f"{prefix}{self._n}"
+        self.emit("if inner:")
+        self.emit(f"    {name} = {inner}")
+        self.emit("else:")
+        self.emit(f"    {name} = {edge}")
+        return name
 
     def pointwise(self, n: Node, coords: tuple[Coord, ...], extra: str | None) -> str:
         fn = n.attrs["fn"]

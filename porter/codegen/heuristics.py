@@ -178,6 +178,30 @@ def rowwise_align(n_cols, strides, cap=16):
     return align
 
 
+def row_shift(rows, align, tensors):
+    """The looped kernel's SHIFT: elements of one 16-byte load of the narrowest row tensor
+    where rows do not start on a 16-byte boundary, else 1.
+
+    With SHIFT > 1 the kernel's blocks start at the row's first 16-byte boundary at or before
+    its first element, so that every block but the row's first and last loads and stores 16
+    bytes at a time, unmasked (`rowwise.looped`, `shifted`); at 50,257 wide (bf16) every load
+    was 2 bytes. It applies with one row per program (`rows`), where `align`
+    (`rowwise_align`) leaves rows unaligned, and only where every tensor taking the shifted
+    addresses (`tensors`: the row inputs and outputs) has a unit column stride, 16-byte
+    aligned data and a row stride congruent to the first's modulo SHIFT: each row then starts
+    equally far (`skew`) past a 16-byte boundary in all of them."""
+    if rows != 1 or not tensors:
+        return 1
+    shift = 16 // min(t.element_size() for t in tensors)
+    if shift <= 1 or align % shift == 0:
+        return 1
+    first = tensors[0].stride(0)
+    for t in tensors:
+        if t.dim() != 2 or t.stride(1) != 1 or t.data_ptr() % 16 or (t.stride(0) - first) % shift:
+            return 1
+    return shift
+
+
 def flat_default(numel, elem_bytes, warp_size=32, max_threads=1024):
     """Config for a flat elementwise kernel: one 16-byte vector per thread.
 

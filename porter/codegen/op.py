@@ -46,7 +46,9 @@ class KernelInfo:
     constexprs: the constexpr parameter names, filled from a config; align: the parameters
     whose values the kernel's ALIGN divides, its length first (`heuristics.rowwise_align`);
     when: "split_k" for a kernel launched only where a tiled matmul config splits K (the
-    split-K reduce kernel), else "" (whenever its strategy runs).
+    split-K reduce kernel), else "" (whenever its strategy runs); shift: the launcher
+    expressions of the tensors whose rows the looped kernel's SHIFT body addresses
+    (`heuristics.row_shift`).
     """
 
     name: str
@@ -57,6 +59,7 @@ class KernelInfo:
     launch: tuple[str, ...] = ()  # launcher expression per runtime param (to type int hints)
     align: tuple[str, ...] = ()
     when: str = ""
+    shift: tuple[str, ...] = ()
 
 
 @dataclass
@@ -302,6 +305,11 @@ class GeneratedOp:
                 continue
             sig: dict[str, str] = {}
             aligned = [int(ints[p]) for p in k.align]
+            if k.shift:  # as the launcher sets it (outputs contiguous)
+                outs = [torch.empty(s, dtype=d, device="meta") for s, d in specs]
+                knobs["SHIFT"] = heuristics.row_shift(
+                    config.get("ROWS", 1), heuristics.rowwise_align(aligned[0], aligned[1:]),
+                    [_eval_launch(e, inputs, outs) for e in k.shift])
             consts = {c: knobs[c] if c in knobs else _const_value(
                 c, config, inputs, ints, self._mm.get("last_dim", True), aligned)
                 for c in k.constexprs}

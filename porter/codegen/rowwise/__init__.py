@@ -51,6 +51,7 @@ from porter.codegen.rowwise.hoist import hoist_reduction_free
 from porter.codegen.rowwise.hoist import loads_before_a_reduction
 from porter.codegen.rowwise.hoist import split_invariant
 from porter.codegen.rowwise.looped import looped
+from porter.codegen.rowwise.looped import shifted
 from porter.codegen.rowwise.one_block import choose_fills
 from porter.codegen.rowwise.one_block import persistent
 from porter.codegen.rowwise.one_block import single_pass
@@ -104,6 +105,10 @@ class RowBodies:
     coop: CoopBodies | None = None
     # The column kernel, where the reduced dim is not the last (None elsewhere).
     columns: ColumnBody | None = None
+    # The looped body under SHIFT > 1 (looped.shifted) and the tensors whose rows it loads and
+    # stores at 16-byte-aligned addresses (None: the module's looped kernel has no SHIFT).
+    looped_shift: list[str] | None = None
+    shift_tensors: list[str] = field(default_factory=list)
 
 
 def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
@@ -123,6 +128,7 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     two = two_block(rg)
     persistent_pre, persistent_body = persistent(rg)
     looped_body, online = looped(rg)
+    shift = shifted(rg)
     post = fold(rg)
     hoisted = hoist_reduction_free(single)
     moves_a_load = loads_before_a_reduction(hoisted) > loads_before_a_reduction(single)
@@ -134,4 +140,6 @@ def build(g: Graph, plan: RowPlan, args: KernelArgs) -> RowBodies:
     return RowBodies(single, looped_body, post, rg.coord_lines, online,
                      hoisted if moves_a_load else None, persistent_pre, persistent_body,
                      two, one_round_variance=bool(rg.variance), columns=column, split=split,
-                     split_why_not=split_row_why_not(rg), coop=coop_body)
+                     split_why_not=split_row_why_not(rg), coop=coop_body,
+                     looped_shift=shift[0] if shift else None,
+                     shift_tensors=shift[1] if shift else [])

@@ -107,6 +107,15 @@ def store_outputs(rg: RowGen, em: Emitter, kinds: tuple[str, ...],
         else:
             val = em.eval(o, coords)
         ptr = args.output_ptr(j)
+        shifted = em.row_address(f"outs[{j}]", ptr, coords, o.shape,
+                                 lambda d, col, j=j: args.output_stride(j, d, col))
+        if shifted is not None and kind == "full":
+            store = f"tl.store({shifted}, ({val}).to({ptr}.dtype.element_ty){{}})"
+            em.emit("if inner:")
+            em.emit("    " + store.format(""))
+            em.emit("else:")
+            em.emit("    " + store.format(f", mask={em.full_mask}"))
+            continue
         terms = [f"({c.expr} * {args.output_stride(j, d, c.col or c.unit)})"
                  for d, (c, s) in enumerate(zip(coords, o.shape, strict=True))
                  if s != 1 and c.expr != "0"]
