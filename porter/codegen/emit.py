@@ -93,6 +93,7 @@ class Emitter:
         # tensors that did (launcher expressions), whose strides the launcher checks.
         self.shift = False
         self.shifted: list[str] = []
+        self.shift_body = 0  # where the open SHIFT loop's statements begin (rowwise.looped)
         self._n = 0
         # Compile-time flag of a Triton kernel: every output is fp16/bf16, so erf may take the
         # cheaper formula of porter/codegen/fastmath.py (the pointers' types decide at JIT time).
@@ -358,7 +359,8 @@ class Emitter:
 
     def branch_on_inner(self, inner: str, edge: str, prefix: str) -> str:
         """A value that is `inner` in the SHIFT body's inner blocks (no lane masked: their
-        loads unmasked) and `edge` in the row's first and last blocks (a runtime branch)."""
+        loads unmasked) and `edge` in the row's first and last blocks (`inner`, a constexpr
+        in each of the loops over them, rowwise.looped.close_loop)."""
         self._n += 1
         name = f"{prefix}{self._n}"
         self.emit("if inner:")

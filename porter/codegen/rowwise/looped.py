@@ -53,7 +53,8 @@ def shifted(rg: RowGen) -> tuple[list[str], list[str]] | None:
         rg.args.output_stride(k, 0)
     prologue = ["    tl.static_assert(ROWS == 1)",
                 "    row_s = (pid * ROWS).to(tl.int64)",
-                f"    skew = row_s * {stride} - (row_s * {stride}) // SHIFT * SHIFT"]
+                # int32, as the columns (int64 columns took 27-49 more registers)
+                f"    skew = (row_s * {stride} - (row_s * {stride}) // SHIFT * SHIFT).to(tl.int32)"]
     return prologue + em.lines, list(em.shifted)
 
 
@@ -96,13 +97,9 @@ def open_loop(em: Emitter, span: Span = ROW) -> None:
     if em.shift:  # `shifted`: blocks from the row's start rounded down to SHIFT elements
         if span != ROW:
             raise ValueError("the SHIFT body walks whole rows only")
-        em.emit("for start in range(0, n_cols + skew, BLOCK_N):")
-        em.emit("    cols_al = start + tl.arange(0, BLOCK_N)[None, :]")
-        em.emit("    cols = cols_al - skew")
-        em.emit("    mask = row_mask & (cols >= 0) & (cols < n_cols)")
-        em.emit("    inner = (start > 0) & (start + BLOCK_N <= n_cols + skew)")
-        em.indent += 1
-        em.reset()
+        em.emit("inner = False  # the row's first block")
+        _shifted_header(em, "range(0, 1)")
+        em.shift_body = len(em.lines)
         return
     em.emit(f"for start in range({lo}, {hi}, BLOCK_N):")
     em.emit("    cols = start + tl.arange(0, BLOCK_N)[None, :]")
@@ -112,7 +109,33 @@ def open_loop(em: Emitter, span: Span = ROW) -> None:
 
 
 def close_loop(em: Emitter) -> None:
+    """End the loop `open_loop` began. The SHIFT body walks the row in three loops, in
+    column order (an arg reduction keeps the first index of a tie): the first block, the inner
+    blocks (`inner`, a constexpr there: their loads and stores unmasked) and the last block, the
+    same statements in each."""
     em.indent -= 1
+    if em.shift:
+        body = em.lines[em.shift_body:]
+        last = "(n_cols + skew - 1) // BLOCK_N * BLOCK_N"  # the last block's start
+        em.emit("inner = True  # the inner blocks: no lane masked")
+        _shifted_header(em, f"range(BLOCK_N, {last}, BLOCK_N)")
+        em.lines += body
+        em.indent -= 1
+        em.emit("inner = False  # the row's last block, where it is not the first")
+        _shifted_header(em, f"range(tl.maximum({last}, BLOCK_N), n_cols + skew, BLOCK_N)")
+        em.lines += body
+        em.indent -= 1
+    em.reset()
+
+
+def _shifted_header(em: Emitter, blocks: str) -> None:
+    """A loop over the SHIFT body's `blocks` (their starts, from the row's start rounded down):
+    `cols_al` the columns from there, `cols` the row's own."""
+    em.emit(f"for start in {blocks}:")
+    em.emit("    cols_al = start + tl.arange(0, BLOCK_N)[None, :]")
+    em.emit("    cols = cols_al - skew")
+    em.emit("    mask = row_mask & (cols >= 0) & (cols < n_cols)")
+    em.indent += 1
     em.reset()
 
 
