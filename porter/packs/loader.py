@@ -209,7 +209,8 @@ class PackedOp:
                     # launch options (warps, stages) held up at nearby shapes (issue 31)
                     basis = f"nearest bucket {b['bucket']}'s: {how}"
             reference_why, evidence = (None, "") if on_cpu else versus_eager(
-                entry, bucket, dtype, config, int(first.shape[-1]) if first.dim() else None)
+                entry, bucket, dtype, config, int(first.shape[-1]) if first.dim() else None,
+                self._shifted(b, config))
             return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
                           asked)
         return Choice(None, None, False, "; ".join(reasons), asked=asked)
@@ -248,6 +249,15 @@ class PackedOp:
                     self._derived_configs[key] = derive_config(
                         self._probe_module(rel), hw, inputs)
             return self._derived_configs[key]
+
+    def _shifted(self, b: dict[str, Any], config: dict[str, Any] | None) -> bool:
+        """Whether bucket `b`'s generated module runs `config` with blocks from the rows'
+        16-byte boundaries where rows are not aligned (its SHIFT_STRATEGIES)."""
+        if not config or b["file"].endswith(".metal"):
+            return False
+        with self._lock:
+            module = self._probe_module(b["file"])
+        return config.get("strategy") in getattr(module, "SHIFT_STRATEGIES", ())
 
     def _probe_module(self, rel: str) -> ModuleType:
         """A private copy of pack file `rel`'s module, only ever asked for configs (its rule

@@ -31,10 +31,12 @@ from targets.dtypes import torch_dtype
 # no evidence of a win. bench/suite.py --unseen measures what it gets right.
 MARGIN_PER_OCTAVE = 0.10
 # A timed bucket whose rows' 16-byte alignment differs from the shape's (`rows_aligned`): its
-# ratio counts divided by this. The row kernels load 16 bytes at a time only where rows are
-# aligned; softmax 4096 x 50257 bf16, looped, ran 0.79x eager on an H100 where the aligned
-# 4096 x 128256 bucket ran 1.34x (a factor 1.7; bench/NOTES.md item 58). Cross-entropy's
-# kernels ran 6-12x eager at either alignment, which the factor leaves clear.
+# ratio counts divided by this. The one-block row kernels load 16 bytes at a time only where
+# rows are aligned; softmax 4096 x 50257 bf16, looped before its SHIFT body, ran 0.79x eager on
+# an H100 where the aligned 4096 x 128256 bucket ran 1.34x (a factor 1.7; bench/NOTES.md item
+# 58). Kernels with a SHIFT body (the module's SHIFT_STRATEGIES) load 16 bytes at a time at
+# either alignment, and their buckets count as they are (item 60). Cross-entropy's kernels ran
+# 6-12x eager at either alignment, which the factor leaves clear.
 UNALIGNED_FACTOR = 2.0
 # Where no timed bucket of this dtype ran the kernel form the shape needs (`kernel_form`), the
 # buckets of other forms count with their ratios divided by this: a form's speed says little
@@ -206,7 +208,7 @@ def rows_aligned(n_cols: int, dtype: str) -> bool:
 
 def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                   config: dict[str, Any] | None,
-                  n_cols: int | None = None) -> tuple[str | None, str]:
+                  n_cols: int | None = None, shifted: bool = False) -> tuple[str | None, str]:
     """At a shape with no exact bucket: whether the reference op should run instead, by the
     entry's measured kernel-vs-eager ratios at the nearest timed buckets of this dtype.
 
@@ -220,8 +222,11 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     none of this form, the same rule runs over the buckets of the other forms, each ratio
     divided by OTHER_FORM_FACTOR. Given the row width `n_cols`, a bucket whose rows are 16-byte
     aligned where these are not, or the other way (`rows_aligned`), counts its ratio divided by
-    UNALIGNED_FACTOR. With no timed bucket of this dtype there is no estimate, and the kernel
-    runs (its tier already says it was never timed).
+    UNALIGNED_FACTOR, unless `shifted`: the config's kernel starts its blocks on the rows'
+    16-byte boundaries where rows are not aligned (the module's SHIFT_STRATEGIES,
+    heuristics.row_shift), so it loads 16 bytes at a time at either alignment. With no timed
+    bucket of this dtype there is no estimate, and the kernel runs (its tier already says it
+    was never timed).
 
     Returns:
         (why the reference runs, or None; a sentence of the evidence for describe()).
@@ -238,7 +243,7 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     if other_form:
         same = timed
     aligned, unlike = True, set()
-    if n_cols is not None:
+    if n_cols is not None and not shifted:
         aligned = rows_aligned(n_cols, dtype)
         unlike = {b["bucket"] for b in same if b.get("shape")
                   and rows_aligned(int(b["shape"][-1]), dtype) is not aligned}
