@@ -15,7 +15,7 @@ def _next_pow2(n):
 
 def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
                     full_output=True, one_round_variance=False, unmeasured=False, coop=False,
-                    cuda=True, sms=132, coop_shift=False):
+                    cuda=True, sms=132):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
     From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
@@ -52,11 +52,10 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       24000 48.3 (48.2), 4096 x 50257 165.3 (160.7), 1024 x 151936 112.3 (the best; item 59);
     - rows too wide for the single pass, of an op that writes them, where the module has the
       split_coop kernel (`coop`), on an NVIDIA GPU (`cuda`), and its chunks load 16 bytes at a
-      time (4-byte elements, 2-byte rows of a multiple of 8, or a kernel whose chunks start on
-      the rows' 16-byte boundaries, `coop_shift`: `row_shift`), split over co-resident
+      time (4-byte elements, or 2-byte rows of a multiple of 8), split over co-resident
       programs, one chunk each in registers (`sms`: the device's SMs, so that a row's chunks
-      are all resident), in `coop_tile`'s blocks; at 50,257 wide in bf16 with 2-byte loads it
-      ran 55%, eager's own kernel 68% (item 58).
+      are all resident), in `coop_tile`'s blocks; at 50,257 wide in bf16 (2-byte loads) it ran
+      55%, eager's own kernel 68% (item 58).
     """
     cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
     max_warps = max(1, max_threads // warp_size)
@@ -71,7 +70,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
         cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": head, "BLOCK_TAIL": tail,
                "num_warps": warps, "num_stages": 1}
     elif unmeasured and coop and cuda and full_output and last_dim and cfg["strategy"] == "looped" \
-            and (elem_bytes >= 4 or n_cols * elem_bytes % 16 == 0 or coop_shift):
+            and (elem_bytes >= 4 or n_cols * elem_bytes % 16 == 0):
         block, warps, per_sm = coop_tile(elem_bytes)
         split = -(-n_cols // block)
         if split <= sms * per_sm and block // (warps * warp_size) >= 4:

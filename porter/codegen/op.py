@@ -47,7 +47,7 @@ class KernelInfo:
     whose values the kernel's ALIGN divides, its length first (`heuristics.rowwise_align`);
     when: "split_k" for a kernel launched only where a tiled matmul config splits K (the
     split-K reduce kernel), else "" (whenever its strategy runs); shift: the launcher
-    expressions of the tensors whose rows the looped or split_coop kernel's SHIFT body addresses
+    expressions of the tensors whose rows the looped kernel's SHIFT body addresses
     (`heuristics.row_shift`).
     """
 
@@ -307,17 +307,9 @@ class GeneratedOp:
             aligned = [int(ints[p]) for p in k.align]
             if k.shift:  # as the launcher sets it (outputs contiguous)
                 outs = [torch.empty(s, dtype=d, device="meta") for s, d in specs]
-                align = heuristics.rowwise_align(aligned[0], aligned[1:])
                 knobs["SHIFT"] = heuristics.row_shift(
-                    config.get("ROWS", 1), align, [_eval_launch(e, inputs, outs) for e in k.shift])
-                if "VEC" in k.constexprs and config.get("strategy") == "split_coop":
-                    # its per-thread pairs' view, as the launcher's: 16-byte loads under SHIFT
-                    first = next(x for x in inputs if isinstance(x, torch.Tensor))
-                    knobs["LANES"], knobs["VEC"] = heuristics.thread_lanes(
-                        config.get("LANES") or heuristics.looped_lanes(
-                            config["BLOCK_N"], config["num_warps"], first.element_size()),
-                        first.element_size(), self._mm.get("last_dim", True),
-                        max(align, knobs["SHIFT"]), first.data_ptr())
+                    config.get("ROWS", 1), heuristics.rowwise_align(aligned[0], aligned[1:]),
+                    [_eval_launch(e, inputs, outs) for e in k.shift])
             consts = {c: knobs[c] if c in knobs else _const_value(
                 c, config, inputs, ints, self._mm.get("last_dim", True), aligned)
                 for c in k.constexprs}

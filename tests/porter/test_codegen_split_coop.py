@@ -373,19 +373,14 @@ def test_coop_kernel_cross_compiles_for_sm90(fn, cols: int, dtype: torch.dtype, 
     assert re.search(r"\b(?:atom|ld)\.global\.gpu\.acquire\.", ptx), "no acquire"
     # the partials' loads past L1, after the barrier
     assert re.search(r"ld\.global\.cg\.", ptx), "workspace loads go through L1"
-    # ALIGN 16, or (odd widths) SHIFT's chunks from the rows' 16-byte boundaries: the row's
-    # loads and stores 16 bytes at a time (under SHIFT, where no lane of the chunk is masked)
-    shift = ref.constexprs.get("SHIFT", 1)
-    assert shift == (1 if cols % 16 == 0 or fn is layernorm else 16 // dtype.itemsize)
-    if cols % 16 == 0 or shift > 1:
+    if cols % 16 == 0:  # ALIGN 16: the row's loads and stores 16 bytes at a time
         assert re.search(r"ld\.global\.v4\.", ptx) and re.search(r"st\.global\.v4\.", ptx)
     if fn is not layernorm:
         # the chunk loaded once: each thread's plain global loads (not the workspace's .cg
-        # ones nor the counter's) bring BLOCK_N / threads elements, no more (under SHIFT in
-        # two branches, the unmasked and the masked load, of which one runs)
+        # ones nor the counter's) bring BLOCK_N / threads elements, no more
         loaded = sum(int(v or 1) * int(bits) // 8 for v, bits in re.findall(
             r"ld\.global(?:\.L1::\w+|\.L2::\w+)*(?:\.v(\d))?\.[bfu](\d+)\b", ptx))
-        assert loaded == block // (32 * warps) * dtype.itemsize * (2 if shift > 1 else 1), loaded
+        assert loaded == block // (32 * warps) * dtype.itemsize, loaded
 
 
 def test_compile_tier_rejects_configs_the_driver_would_refuse() -> None:

@@ -171,31 +171,31 @@ def test_margin_grows_with_distance(tmp_path: Path) -> None:
 
 
 def test_a_form_never_timed_counts_the_other_forms_halved(tmp_path: Path) -> None:
-    """At a vocabulary width the rule picks the split_coop kernel, and every timed bucket ran
-    one block per row: their speed says little about the split form's, so a thin lead over
-    eager there (1.5-1.6x, halved) runs the reference, and a wide one (6-12x, cross-entropy's)
-    the kernel (bench/NOTES.md item 59)."""
+    """At a vocabulary width the rule picks the looped kernel, and every timed bucket ran one
+    block per row: their speed says little about the looped form's, so a thin lead over eager
+    there (1.5-1.6x, halved) runs the reference, and a wide one (6-12x, cross-entropy's) the
+    kernel (bench/NOTES.md item 59)."""
     op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
     c = op.choose(*_x(1024, 50257))
-    assert c.config["strategy"] == "split_coop" and not c.runs_kernel
+    assert c.config["strategy"] == "looped" and not c.runs_kernel
     assert "estimated slower than eager here" in c.reference_why
-    assert "(the one-block form where this shape needs the split_coop form: counted / 2)" \
+    assert "(the one-block form where this shape needs the looped form: counted / 2)" \
         in c.reference_why
     (tmp_path / "wide").mkdir()
     ahead = {b: (cfg, 8.0) for b, (cfg, _) in TWO_WIDTHS.items()}
     far = load_pack(_pack(tmp_path / "wide", ahead), device="h100").choose(*_x(1024, 50257))
-    assert far.config["strategy"] == "split_coop" and far.runs_kernel
+    assert far.config["strategy"] == "looped" and far.runs_kernel
     assert "counted / 2" in far.evidence
 
 
 def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
     """A vocabulary-width bucket timed with another chunked strategy (looped_l2) is evidence for
-    the looped kernel the rule picks at an unported vocabulary width (on a HIP device: no
-    split_coop kernel there)."""
+    the looped kernel the rule picks at an unported vocabulary width."""
     wide = {"strategy": "looped_l2", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
             "num_stages": 1, "dtype": "bf16"}
-    # an odd width, and a bucket of unaligned rows too
-    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131071": (wide, 1.5)}), device="mi300x")
+    # an odd width: 2-byte rows not 16-byte aligned, where the rule keeps the looped kernel,
+    # and a bucket of unaligned rows too
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "1024x131071": (wide, 1.5)}), device="h100")
     c = op.choose(*_x(1024, 151937))  # bucket 1024x163840
     assert c.config["strategy"] == "looped" and c.runs_kernel
     assert "1024x131071 ran 1.50x eager" in c.evidence and "4096x8192" not in c.evidence
@@ -203,39 +203,25 @@ def test_a_timed_chunked_form_counts_for_the_looped_one(tmp_path: Path) -> None:
 
 def test_a_bucket_of_aligned_rows_counts_halved_for_unaligned_ones(tmp_path: Path) -> None:
     """Rows 16-byte aligned load 16 bytes at a time, odd-width 2-byte rows one element at a
-    time in the one-block kernels: the looped softmax at 4096 x 50257 bf16 (before its SHIFT
-    body) ran 0.79x eager on an H100 where a bucket at 128256 columns had run 1.34x
-    (bench/NOTES.md item 58); a kernel far ahead of eager stays ahead."""
-    op = load_pack(_pack(tmp_path, TWO_WIDTHS), device="h100")
-    assert op.choose(*_x(4096, 3000)).runs_kernel  # aligned (8 x 375): 1.5-1.6x counts as is
-    c = op.choose(*_x(4096, 3001))
-    assert c.config["strategy"] == "single_pass" and not c.runs_kernel
+    time: the looped softmax at 4096 x 50257 bf16 ran 0.79x eager on an H100 where a bucket
+    at 128256 columns had run 1.34x (bench/NOTES.md item 58); a kernel far ahead of eager
+    (cross-entropy's 6-12x) stays ahead."""
+    wide = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 16384, "num_warps": 8,
+            "num_stages": 1, "dtype": "bf16"}
+    (tmp_path / "odd").mkdir()
+    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "4096x128256": (wide, 1.34)}), device="h100")
+    c = op.choose(*_x(4096, 50257))
+    assert c.config["strategy"] == "looped" and not c.runs_kernel
     assert "estimated slower than eager" in c.reference_why
     assert "(rows 16-byte aligned where these are not: counted / 2)" in c.reference_why
     (tmp_path / "far").mkdir()
-    far = {b: (cfg, 8.0) for b, (cfg, _) in TWO_WIDTHS.items()}
-    assert load_pack(_pack(tmp_path / "far", far), device="h100").choose(
-        *_x(4096, 3001)).runs_kernel
-
-
-def test_shifted_kernels_count_buckets_of_either_alignment(tmp_path: Path) -> None:
-    """The looped and split_coop kernels start their blocks on the rows' 16-byte boundaries
-    where rows are not aligned (SHIFT, bench/NOTES.md item 60): at 4096 x 50257 bf16 the rule
-    derives split_coop, and an aligned split_coop bucket's ratio counts as it is."""
-    coop = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 16384, "SPLIT": 8, "num_warps": 8,
-            "num_stages": 1, "PROGRAMS_PER_SM": 2, "dtype": "bf16"}
-    op = load_pack(_pack(tmp_path, {**TWO_WIDTHS, "4096x128256": (coop, 1.34)}), device="h100")
-    c = op.choose(*_x(4096, 50257))
-    assert c.config["strategy"] == "split_coop" and c.runs_kernel
-    assert "4096x128256 ran 1.34x eager" in c.evidence and "counted / 2" not in c.evidence
-    # a looped bucket is another form's evidence: halved
-    looped = {"strategy": "looped", "ROWS": 1, "BLOCK_N": 8192, "num_warps": 8,
-              "num_stages": 1, "dtype": "bf16"}
-    (tmp_path / "b").mkdir()
-    op = load_pack(_pack(tmp_path / "b", {"4096x128256": (looped, 1.34)}), device="h100")
-    c = op.choose(*_x(4096, 50257))
-    assert not c.runs_kernel and "the looped form where this shape needs the split_coop" in \
-        c.reference_why
+    far = load_pack(_pack(tmp_path / "far", {**TWO_WIDTHS, "4096x128256": (wide, 8.0)}),
+                    device="h100")
+    assert far.choose(*_x(4096, 50257)).runs_kernel
+    # an unaligned bucket of that form is evidence for it
+    odd = load_pack(_pack(tmp_path / "odd", {**TWO_WIDTHS, "4096x65535": (wide, 1.34)}),
+                    device="h100")
+    assert odd.choose(*_x(4096, 50257)).runs_kernel
 
 
 def test_aligned_vocabulary_rows_derive_the_split_coop_kernel(tmp_path: Path) -> None:

@@ -60,7 +60,7 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
         persistent_pre=bodies.persistent_pre, persistent_body=bodies.persistent_body,
         two_block=bodies.two_block, one_round_variance=bodies.one_round_variance,
         looped=bodies.looped, looped_shift=bodies.looped_shift,
-        shift_tensors=bodies.shift_tensors, shift_strategies=_shifts(bodies), post=bodies.post,
+        shift_tensors=bodies.shift_tensors, post=bodies.post,
         row_coord_lines=bodies.row_coord_lines, post_count=len(plan.post),
         n_rows=sym_to_python(n_rows, g.symbols), n_cols=sym_to_python(n_cols, g.symbols),
         last_dim=last_dim, full_output="full" in plan.out_kind,
@@ -74,7 +74,7 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
                                       heuristics.rowwise_full_blocks, heuristics.rowwise_align,
                                       heuristics.looped_lanes,
                                       heuristics.looped_vec, heuristics.thread_lanes,
-                                      *((heuristics.row_shift,) if _shifts(bodies) else ()),
+                                      *((heuristics.row_shift,) if bodies.looped_shift else ()),
                                       *((heuristics.split_chunks,) if bodies.split else ()),
                                       *((heuristics.coop_groups,)
                                         if _split_coop(bodies, plan) else ()),
@@ -130,12 +130,6 @@ def gen_rowwise(name: str, g: Graph, ex: tuple[Any, ...], args: KernelArgs,
               "split_why_not": bodies.split_why_not, "split_coop": _split_coop(bodies, plan),
               "arg_reduction": bool(arg_kinds)}
     return op
-
-
-def _shifts(bodies: rowwise.RowBodies) -> tuple[str, ...]:
-    """The strategies whose kernel takes SHIFT (`heuristics.row_shift`)."""
-    coop = bodies.coop is not None and bodies.coop.partials_shift is not None
-    return (("looped",) if bodies.looped_shift else ()) + (("split_coop",) if coop else ())
 
 
 def _lane_strategies(bodies: rowwise.RowBodies, plan: RowPlan) -> tuple[str, ...]:
@@ -259,9 +253,7 @@ def _long_row_kernels(kname: str, bodies: rowwise.RowBodies, plan: RowPlan,
             coop_kinds = (*kinds, "i32", "ptr:ws", "ptr:cnt", "i32")
             # an online softmax's per-thread pairs take LANES and VEC, as the one-block kernels
             thread = ("LANES", "VEC") if bodies.online_pairs else ()
-            shift = ("SHIFT",) if bodies.coop.partials_shift else ()
             out.append(KernelInfo(kname + "_split_coop_kernel", coop, coop_kinds,
-                                  ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *thread, "SPLIT", "PHASE",
-                                   *shift), ("split_coop",), launch, align,
-                                  shift=tuple(bodies.coop.shift_tensors)))
+                                  ("ROWS", "BLOCK_N", "EVEN", "ALIGN", *thread, "SPLIT", "PHASE"),
+                                  ("split_coop",), launch, align))
     return out

@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from dataclasses import field
 from dataclasses import replace
 
-from porter.codegen.emit import Coord
 from porter.codegen.emit import Emitter
 from porter.codegen.ir import Node
 from porter.codegen.rowwise.analysis import full_coords
@@ -45,15 +43,11 @@ from porter.codegen.rowwise.split_row import why_not
 
 @dataclass
 class CoopBodies:
-    """The split_coop kernel's per-row body, before and after its barrier; and the same under
-    the constexpr SHIFT > 1 (`shifted`), with the tensors whose rows it addresses there."""
+    """The split_coop kernel's per-row body, before and after its barrier."""
 
     partials: list[str]
     apply: list[str]
     record: int  # fp32 values per (row, chunk) in the workspace, as the split row's
-    partials_shift: list[str] | None = None
-    apply_shift: list[str] | None = None
-    shift_tensors: list[str] = field(default_factory=list)
 
 
 def coop(rg: RowGen) -> CoopBodies | None:
@@ -65,33 +59,10 @@ def coop(rg: RowGen) -> CoopBodies | None:
     take (every kernel of the module shares one parameter list)."""
     if why_not(rg) is not None or "full" not in rg.plan.out_kind:
         return None
-    partials, apply, record, _ = _bodies(rg, shift=False)
-    bodies = CoopBodies(partials, apply, record)
-    if shifted_fits(rg):
-        partials, apply, _, tensors = _bodies(rg, shift=True)
-        if tensors:
-            bodies.partials_shift, bodies.apply_shift = partials, apply
-            bodies.shift_tensors = tensors
-    return bodies
-
-
-def shifted_fits(rg: RowGen) -> bool:
-    """Whether the kernel has a SHIFT body (as the looped kernel's, `looped.shifted`): chunks
-    from each row's start rounded down to SHIFT elements, so that a row's inner chunks load
-    and store 16 bytes at a time, unmasked. Rows of one coordinate whose reduced dim is last,
-    and no mean and variance: their chunk moments count each chunk's columns from BLOCK_N
-    blocks of the row (`_chunk_moments`, the combine's `chunk_cols`), which the shift moves."""
-    return rg.rc == (Coord("rows"),) and rg.plan.dim == len(rg.plan.space) - 1 and \
-        not any(p.kind == "moments" for p in partials_of(rg))
-
-
-def _bodies(rg: RowGen, shift: bool) -> tuple[list[str], list[str], int, list[str]]:
     own = replace(rg, args=copy.deepcopy(rg.args))
     parts = partials_of(own)
     record = sum(p.width for p in parts)
     em = own.emitter()
-    em.shift = shift
-    prologue: list[str] = []
     rescale: list[tuple[Node, Node, ThreadExps]] = []
     for p in parts:
         r = p.nodes[0]
@@ -125,21 +96,7 @@ def _bodies(rg: RowGen, shift: bool) -> tuple[list[str], list[str], int, list[st
     if own.args.params != rg.args.params:
         raise AssertionError("coop: the split_coop kernel would take arguments "
                              f"{own.args.params[len(rg.args.params):]} the others do not")
-    if shift and em.shifted:
-        first = em.shifted[0]
-        k = int(first[first.index("[") + 1:-1])
-        stride = rg.args.input_stride(k, 0) if first.startswith("inputs") else \
-            rg.args.output_stride(k, 0)
-        # the chunk from the row's start rounded down (`skew` elements before it); `inner`:
-        # no lane of it masked, for this row
-        prologue = [
-            "    row_s = tl.cast(row, tl.int64)",  # (the interpreter's row is an int)
-            f"    skew = (row_s * {stride} - (row_s * {stride}) // SHIFT * SHIFT).to(tl.int32)",
-            "    cols_al = lo + tl.arange(0, BLOCK_N)[None, :]",
-            "    cols = cols_al - skew",
-            "    mask = row_mask & (cols >= 0) & (cols < n_cols)",
-            "    inner = (lo >= skew) & (lo + BLOCK_N <= n_cols + skew)"]
-    return prologue + em.lines[:barrier], em.lines[barrier:], record, list(em.shifted)
+    return CoopBodies(em.lines[:barrier], em.lines[barrier:], record)
 
 
 def _chunk_ssq(rg: RowGen, em: Emitter, r: Node) -> list[str]:
