@@ -45,6 +45,13 @@ log = logging.getLogger(__name__)
 
 # Longest a child may take (import + compile + exit); big matmul tiles take tens of seconds.
 CHILD_TIMEOUT_S = 600
+# A folder holding another Triton (`pip install --target DIR triton==X`): every compile then
+# runs in the clean child with that Triton first on its path, so that the compile check reads
+# resources as the GPU machines' compiler gives them. This machine's Triton (3.9) and theirs
+# (3.6) differ: the split kernels' moments combine took 243 registers under 3.6 and 78 under 3.9
+# (bench/NOTES.md item 59), which a 3.9 check could not see. `make test` installs the devices'
+# version (Makefile DEVICE_TRITON) for tests/targets/test_device_triton.py.
+TRITON_PATH_ENV = "PORTER_TRITON_PATH"
 _REPO_ROOT = Path(__file__).resolve().parents[1]
 _CACHE: dict[str, dict[str, Any]] = {}
 _CACHE_LOCK = threading.Lock()
@@ -64,10 +71,12 @@ class ChildCompiled:
 
     metadata: attribute access to the JSON-able metadata fields (name, num_warps, shared, ...).
     asm: stage name -> text ("ptx", "amdgcn", ...) or bytes ("cubin", "hsaco").
+    triton_version: the child's Triton (another one where PORTER_TRITON_PATH is set).
     """
 
     metadata: SimpleNamespace
     asm: dict[str, str | bytes]
+    triton_version: str = ""
 
 
 def interpreter_active() -> bool:
@@ -157,6 +166,7 @@ def build_request(
         "target": [target.backend, target.arch, target.warp_size],
         "options": dict(options),
         "expected_src": _fn_src(kernel.fn),
+        "triton_path": triton_path(),  # part of the cache key: another compiler
     }
 
 
@@ -203,14 +213,30 @@ def compile_in_child(
         raise CompileError(f"cannot build {where}: {message}")
     asm: dict[str, str | bytes] = dict(answer["asm_text"])
     asm.update({k: base64.b64decode(v) for k, v in answer["asm_binary"].items()})
-    return ChildCompiled(metadata=SimpleNamespace(**answer["metadata"]), asm=asm)
+    return ChildCompiled(metadata=SimpleNamespace(**answer["metadata"]), asm=asm,
+                         triton_version=answer.get("triton_version", ""))
+
+
+def triton_path() -> str | None:
+    """The folder PORTER_TRITON_PATH names (None: unset: the Triton this process imports).
+
+    Raises:
+        CompileError: it names no folder holding a `triton` package.
+    """
+    path = os.environ.get(TRITON_PATH_ENV)
+    if not path:
+        return None
+    if not (Path(path) / "triton" / "__init__.py").is_file():
+        raise CompileError(f"{TRITON_PATH_ENV}={path}: no triton package there (install one "
+                           f"with `pip install --no-deps --target {path} triton==VERSION`)")
+    return str(Path(path).resolve())
 
 
 def _child_env() -> dict[str, str]:
     env = dict(os.environ)
     env["TRITON_INTERPRET"] = "0"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
-    paths = (str(_REPO_ROOT), env.get("PYTHONPATH", ""))
+    paths = (str(_REPO_ROOT), triton_path() or "", env.get("PYTHONPATH", ""))
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     return env
 
@@ -304,7 +330,8 @@ atexit.register(_WORKER.stop)
 
 
 def _run_child(request: dict[str, Any], where: str) -> dict[str, Any]:
-    log.debug("compiling %s in a clean process (interpreter active here)", where)
+    log.debug("compiling %s in a clean process (interpreter active here, or %s set)", where,
+              TRITON_PATH_ENV)
     return _WORKER.ask(request, CHILD_TIMEOUT_S)
 
 
@@ -364,6 +391,7 @@ def _serve(request: dict[str, Any]) -> dict[str, Any]:
     }
     return {
         "status": "ok",
+        "triton_version": triton.__version__,
         "metadata": {k: v for k, v in fields.items() if _plain(v)},
         "asm_text": text,
         "asm_binary": binary,

@@ -216,6 +216,9 @@ class TritonBackend(TargetBackend):
             if "threads" not in reason:
                 reasons.append(reason)
         notes = list(self.notes(resources, hw))
+        if isolated.triton_path():
+            notes.append(f"compiled with Triton {getattr(compiled, 'triton_version', '?')} from "
+                         f"{isolated.TRITON_PATH_ENV}={isolated.triton_path()}")
         if resources.spill_bytes:
             notes.append(f"spills: {resources.spill_bytes} B per thread of local/scratch memory")
         text, binary = self.artifacts(compiled)
@@ -237,13 +240,15 @@ class TritonBackend(TargetBackend):
     def _compile_artifact(
         self, kernel: KernelRef, config: LaunchConfig, hw: HardwareModel, where: str
     ) -> Any:
-        """Run `triton.compile` here, or in a clean process when the interpreter is active here.
+        """Run `triton.compile` here, or in a clean process when the interpreter is active here
+        or PORTER_TRITON_PATH names another Triton.
 
         Either way the result has the `metadata` / `asm` the read-out code uses, and a compiler
         rejection becomes the same CompileError ("Triton failed to compile WHERE: TYPE: CAUSE").
         """
-        if isolated.interpreter_active():
-            # Interpreted triton.language helpers would corrupt this process's compiles; see
+        if isolated.interpreter_active() or isolated.triton_path():
+            # Interpreted triton.language helpers would corrupt this process's compiles, and
+            # PORTER_TRITON_PATH names another Triton than this process's; see
             # targets/isolated.py. Check the signature here so those errors stay in-process.
             source_signature(kernel)
             try:
