@@ -39,19 +39,10 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       with about 40 values per thread (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096
       at 16 warps), where the single pass masks up to half its lanes: the port's pick at 5120
       on the H100 and H200 (items 27, 49), and at 4096 x 20000 bf16 softmax 108.9 us against
-      the single pass's 131.4. With a mean and a variance (layernorm) in fp32, rows wider
-      than 16384 keep the single pass: two blocks ran 143 us at 4096 x 20000 bf16 (165 with
-      VAR1) against the single pass's 147 (item 58; the looped kernel's 120.5 there is the
-      16-bit rule below);
-    - with a mean and a variance (layernorm), 16-bit rows of 8193-40960 columns that are not
-      a power of two (or wider than 32768), 2048 rows or more, take the looped kernel with
-      VAR1, in blocks of the largest power of two up to half the row, 16 values a thread: the
-      best looped config at 8000 x 9000 (4096 x 8), 4096 x 20000 and 2500 x 24000 (8192 x 16)
-      and 3000 x 40000 (16384 x 32), 86-93% of a same-size copy where the one-block configs
-      ran 75-84% and split_coop 0.90x eager; 6000 x 11000's best was 4096 x 16 warps; at 1000
-      x 12288 (under 8 rows an SM) the looped kernel's best ran 81% of copy, the one-block
-      config 83% (items 59-60). The loader's estimate has evidence for it from the port's
-      looped candidates at the spec's buckets (`form_speedups`);
+      the single pass's 131.4. With a mean and a variance (layernorm), rows wider than 16384
+      keep the single pass: two blocks ran 143 us at 4096 x 20000 (165 with VAR1) against the
+      single pass's 147, and the looped kernel's 120.5 is a form no suite bucket times, so the
+      loader's estimate would run the reference there (item 58);
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
       columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and
       looped rows take 4096-column blocks at 4 warps (32 values a thread), within 5% of each
@@ -70,13 +61,7 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
     max_warps = max(1, max_threads // warp_size)
     block = cfg["BLOCK_N"]
     head, tail = block // 2, _next_pow2(max(n_cols - block // 2, 1))
-    if unmeasured and last_dim and full_output and one_round_variance and elem_bytes <= 2 \
-            and 8192 < n_cols <= 40960 and (n_cols & (n_cols - 1) or n_cols > 32768) \
-            and n_rows >= 2048:
-        block = _next_pow2(n_cols // 2 + 1) // 2  # the largest power of two <= half the row
-        cfg = {"strategy": "looped", "ROWS": 1, "BLOCK_N": block,
-               "num_warps": max(1, min(max_warps, block // (16 * warp_size))), "num_stages": 1}
-    elif unmeasured and last_dim and full_output and cfg["strategy"] == "single_pass" \
+    if unmeasured and last_dim and full_output and cfg["strategy"] == "single_pass" \
             and n_cols > 4096 and head + tail < block \
             and not (one_round_variance and n_cols > 16384):
         warps = 1

@@ -105,27 +105,6 @@ def drop_slow(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
     return kept
 
 
-def form_speedups(kept_ms: float | None, kept_vs_eager: float,
-                  timed: list[tuple[dict[str, Any], float | None]]) -> dict[str, float]:
-    """Each kernel form's best measured speed against eager at this bucket, the kept one's
-    form too: {form (packs.unseen.kernel_form): eager time / that form's fastest candidate's
-    time}, scaled from the kept kernel's paired ratio against eager by the candidates' medians
-    beside each other (`timed`: (config, median ms); a screened-out candidate's from the
-    screen; `kept_ms`: the kept one's there). Where a pack has no bucket whose kept kernel has
-    the form that a shape no bucket was ported for needs, these are the loader's evidence of
-    that form's speed (porter/packs/unseen.py)."""
-    from porter.packs.unseen import kernel_form
-
-    if not kept_ms or kept_vs_eager <= 0:
-        return {}
-    best: dict[str, float] = {}
-    for config, ms in timed:
-        form = kernel_form(config)
-        if form is not None and ms:
-            best[form] = min(best.get(form, ms), ms)
-    return {form: round(kept_vs_eager * kept_ms / ms, 4) for form, ms in sorted(best.items())}
-
-
 def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBackend,
                   shape: tuple[int, ...], dtype: torch.dtype, bucket: str,
                   pending: list[Pending]) -> str:
@@ -255,11 +234,6 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
     if winner is None:
         return tol
     p, cand = winner
-    # each timed candidate's median beside the others (before the kept one's is replaced by
-    # its median beside eager): each kernel form's evidence (`form_speedups`)
-    group_ms = [(other.cand.config, other.numbers.get("time_ms")) for _, other, _c in timed
-                if other.numbers.get("label") == "measured"]
-    kept_ms = p.numbers.get("time_ms")
     cmp = compare({"kernel": lambda *a: cand(*a), "eager": session.problem.reference},
                   make_args, hw=hw, reps=DEVICE_REPS, graph=False)
     t = cmp.timings["kernel"]
@@ -274,9 +248,6 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
                       "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
                       "speedup_vs_eager": vs_eager[0],
                       "speedup_vs_eager_p20_p80": [vs_eager[1], vs_eager[2]]})
-    forms = form_speedups(kept_ms, vs_eager[0], group_ms)
-    if forms:
-        p.numbers["form_speedups"] = forms
     if vs_eager[2] < 1.0 and vs_eager[0] < PREFER_REFERENCE_BELOW:
         # Eager PyTorch was faster in (at least) 80% of the paired repetitions, and by more
         # than noise at the median: the pack says so and its loader runs the reference for

@@ -218,10 +218,8 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     (on a log scale, each weighted by the other's distance: the nearer counts more; one side
     only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
     octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
-    counts a quarter); otherwise the reference runs. A bucket whose kept kernel has another
-    form counts with its own candidates of this form, where the port timed one there (the
-    bucket's `form_speedups`, porter/judge/device.py). Where buckets of this dtype were timed
-    but none of this form, the same rule runs over the buckets of the other forms, each ratio
+    counts a quarter); otherwise the reference runs. Where buckets of this dtype were timed but
+    none of this form, the same rule runs over the buckets of the other forms, each ratio
     divided by OTHER_FORM_FACTOR. Given the row width `n_cols`, a bucket whose rows are 16-byte
     aligned where these are not, or the other way (`rows_aligned`), counts its ratio divided by
     UNALIGNED_FACTOR, unless `shifted`: the config's kernel starts its blocks on the rows'
@@ -240,19 +238,7 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         return None, (f"no {dtype} bucket of {target} was timed against eager, so there is no "
                       "estimate either way")
     form = kernel_form(config)
-
-    def kept_form(b: dict[str, Any]) -> bool:
-        return form is None or kernel_form(b.get("config")) in (None, form)
-
-    def form_speedup(b: dict[str, Any]) -> float | None:
-        """The bucket's measured ratio for `form`: its kept kernel's, or where that has
-        another form, the port's fastest candidate of this form there (`form_speedups`)."""
-        if kept_form(b):
-            return speedup(b)
-        s = ((b.get("numbers") or {}).get("form_speedups") or {}).get(form)
-        return float(s) if isinstance(s, (int, float)) and s > 0 else None
-
-    same = [b for b in timed if form_speedup(b) is not None]
+    same = [b for b in timed if form is None or kernel_form(b.get("config")) in (None, form)]
     other_form = not same
     if other_form:
         same = timed
@@ -262,11 +248,8 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         unlike = {b["bucket"] for b in same if b.get("shape")
                   and rows_aligned(int(b["shape"][-1]), dtype) is not aligned}
 
-    def measured(b: dict[str, Any]) -> float:
-        return (speedup(b) if other_form else form_speedup(b)) or 1e-9
-
     def ratio(b: dict[str, Any]) -> float:
-        return (measured(b) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
+        return ((speedup(b) or 1e-9) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
                 / (OTHER_FORM_FACTOR if other_form else 1.0))
 
     width = row_width(bucket)
@@ -289,10 +272,6 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                  if b["bucket"] in unlike else "")
         form_note = (f" (the {kernel_form(b.get('config'))} form where this shape needs the "
                      f"{form} form: counted / {OTHER_FORM_FACTOR:g})" if other_form else "")
-        if not other_form and not kept_form(b):
-            return (f"{b['bucket']}'s fastest {form} candidate ran {measured(b):.2f}x eager "
-                    f"(its kept {kernel_form(b.get('config'))} kernel {speedup(b):.2f}x), "
-                    f"{d:.2f} octaves away{other}")
         return (f"{b['bucket']} ran {speedup(b):.2f}x eager{_pct_of_copy(b, target)}, "
                 f"{d:.2f} octaves away{other}{form_note}")
 

@@ -53,22 +53,18 @@ def _one_block(block: int, warps: int, dtype: str) -> dict[str, Any]:
 
 
 def _pack(tmp: Path, buckets: dict[str, tuple[dict[str, Any], float | None]], *,
-          tier: str = "measured", cpu_buckets: tuple[str, ...] = (),
-          forms: dict[str, dict[str, float]] | None = None) -> Path:
+          tier: str = "measured", cpu_buckets: tuple[str, ...] = ()) -> Path:
     """A softmax pack of the real generated module: h100 and mi300x entries with the given bf16
     buckets ({bucket: (config, kernel-vs-eager ratio or None)}), and interpreted-tier fp32
-    buckets `cpu_buckets` (default configs) for the CPU; `forms`: a bucket's form_speedups."""
+    buckets `cpu_buckets` (default configs) for the CPU."""
     op = _softmax_op()
     source = op.triton_module_source()
 
     def choice(bucket: str, dtype: str, config: dict[str, Any], speedup: float | None,
                tier: str) -> BucketChoice:
         shape = tuple(int(d) for d in bucket.split("x"))
-        numbers = _numbers(speedup)
-        if (forms or {}).get(bucket) and dtype == "bf16":
-            numbers["form_speedups"] = dict(forms[bucket])
         return BucketChoice(bucket=bucket, dtype=dtype, shape=shape, config=config,
-                            source=source, tier=tier, numbers=numbers)
+                            source=source, tier=tier, numbers=_numbers(speedup))
 
     def entry(target: str, vendor: str, backend: str, arch: str) -> TargetResult:
         chosen = [choice(b, "bf16", cfg, s, tier) for b, (cfg, s) in buckets.items()]
@@ -236,37 +232,6 @@ def test_shifted_kernels_count_buckets_of_either_alignment(tmp_path: Path) -> No
     assert "4096x128256 ran 1.34x eager" in c.evidence and "counted / 2" not in c.evidence
     assert op._shifted(c.bucket, c.config)
     assert not op._shifted(c.bucket, {**c.config, "strategy": "single_pass"})
-
-
-def test_a_form_the_port_timed_where_it_lost_is_evidence_for_that_form(tmp_path: Path) -> None:
-    """The port times candidates of every strategy at a bucket and keeps the fastest; each
-    form's fastest there is recorded against eager (`form_speedups`, porter/judge/device.py).
-    At a shape that needs the looped form, a one-block bucket's looped candidates are that
-    form's evidence, counted as they are (no OTHER_FORM_FACTOR)."""
-    forms = {"4096x8192": {"one-block": 1.5, "looped": 1.3}, "4096x1024": {"one-block": 1.6}}
-    op = load_pack(_pack(tmp_path, TWO_WIDTHS, forms=forms), device="h100")
-    c = op.choose(*_x(4096, 50257))  # odd bf16 rows: the looped kernel (SHIFT)
-    assert c.config["strategy"] == "looped" and c.runs_kernel
-    assert "4096x8192's fastest looped candidate ran 1.30x eager (its kept one-block kernel " \
-        "1.50x)" in c.evidence and "counted / 2" not in c.evidence
-    # a looped candidate slower than eager there says eager
-    (tmp_path / "slow").mkdir()
-    slow = {"4096x8192": {"one-block": 1.5, "looped": 0.9}}
-    c = load_pack(_pack(tmp_path / "slow", TWO_WIDTHS, forms=slow),
-                  device="h100").choose(*_x(4096, 50257))
-    assert not c.runs_kernel and "fastest looped candidate ran 0.90x eager" in c.reference_why
-
-
-def test_form_speedups_scale_the_kept_ratio_by_the_candidates_times() -> None:
-    from porter.judge.device import form_speedups
-
-    one = {"strategy": "single_pass", "BLOCK_N": 8192}
-    timed = [(one, 1.0), ({**one, "num_warps": 4}, 1.2),
-             ({"strategy": "looped", "BLOCK_N": 4096}, 2.0),
-             ({"strategy": "looped_l2", "BLOCK_N": 4096}, 1.6),  # the looped form's fastest
-             ({"strategy": "split_coop", "BLOCK_N": 4096}, None)]  # never timed: no evidence
-    assert form_speedups(1.0, 3.0, timed) == {"looped": 1.875, "one-block": 3.0}
-    assert form_speedups(None, 3.0, timed) == {}
 
 
 def test_aligned_vocabulary_rows_derive_the_split_coop_kernel(tmp_path: Path) -> None:
