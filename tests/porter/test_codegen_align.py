@@ -116,12 +116,28 @@ def _global_accesses(ptx: str) -> set[str]:
     return set(re.findall(r"(?:ld|st)\.global(?:\.\w+)*", ptx))
 
 
+def accesses_by_knob(ref, knob: str, values: tuple[int, ...], warps: int) -> dict[int, set[str]]:
+    """The sm_90 PTX's global load/store forms of `ref` compiled with each value of constexpr
+    `knob`; each compile fits, without spills."""
+    import targets
+    from targets.base import LaunchConfig
+
+    hw = hwmodels.get("h100")
+    backend = targets.for_device(hw)
+    out = {}
+    for value in values:
+        rep = backend.compile(dataclasses.replace(ref, constexprs={**ref.constexprs,
+                                                                   knob: value}),
+                              LaunchConfig(warps, 1), hw)
+        assert rep.fits, rep.reasons
+        assert rep.resources.spill_bytes == 0
+        out[value] = _global_accesses(rep.artifacts["ptx"])
+    return out
+
+
 def test_width_3000_bf16_single_pass_loads_vectors_with_align_only(tmp_path: Path) -> None:
     # Runs in the interpreted test process on purpose: targets compiles in a clean child process
     # then (targets/isolated.py), as test_codegen_variants' vector-load test does.
-    targets = pytest.importorskip("targets")
-    from targets.base import LaunchConfig
-
     ex = _rms_inputs(rand(16, 3000, dtype=BF16))
     op = generate(rmsnorm, ex, name="rms_al_ptx")
     path = tmp_path / "mod.py"
@@ -132,15 +148,7 @@ def test_width_3000_bf16_single_pass_loads_vectors_with_align_only(tmp_path: Pat
     (ref,) = op.kernel_refs(ex, cfg, source_path=str(path))
     assert ref.constexprs["ALIGN"] == 8
     assert ref.signature["n_cols"] == "i32" and ref.signature["in0_s0"] == "i64"  # not :16
-    backend = targets.for_device(hw)
-    accesses = {}
-    for align in (8, 1):
-        rep = backend.compile(dataclasses.replace(ref, constexprs={**ref.constexprs,
-                                                                   "ALIGN": align}),
-                              LaunchConfig(cfg["num_warps"], 1), hw)
-        assert rep.fits, rep.reasons
-        assert rep.resources.spill_bytes == 0
-        accesses[align] = _global_accesses(rep.artifacts["ptx"])
+    accesses = accesses_by_knob(ref, "ALIGN", (8, 1), cfg["num_warps"])
     vector = re.compile(r"\.v[24]\b")
     # ALIGN 8: x and w load, and y stores, 8 bf16 (16 bytes) at a time
     assert any(vector.search(a) for a in accesses[8] if a.startswith("ld")), accesses[8]

@@ -9,14 +9,12 @@ import os
 
 os.environ["TRITON_INTERPRET"] = "1"
 
-import dataclasses  # noqa: E402
 import re  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
-import hwmodels  # noqa: E402
 from porter.codegen import generate  # noqa: E402
 from porter.codegen.heuristics import row_shift  # noqa: E402
 from tests.porter.test_codegen import add_rmsnorm  # noqa: E402
@@ -27,6 +25,7 @@ from tests.porter.test_codegen import log_softmax  # noqa: E402
 from tests.porter.test_codegen import rand  # noqa: E402
 from tests.porter.test_codegen import rmsnorm  # noqa: E402
 from tests.porter.test_codegen import softmax  # noqa: E402
+from tests.porter.test_codegen_align import accesses_by_knob  # noqa: E402
 
 BF16 = torch.bfloat16
 
@@ -111,32 +110,15 @@ def test_no_shift_where_rows_have_several_coordinates() -> None:
     check(softmax, (x,), "sm_shift_3d_run", BF16, config=_looped())
 
 
-def _global_accesses(ptx: str) -> set[str]:
-    return set(re.findall(r"(?:ld|st)\.global(?:\.\w+)*", ptx))
-
-
 def test_shifted_looped_softmax_loads_and_stores_vectors(tmp_path: Path) -> None:
     # Compiles in a clean child process (targets/isolated.py), as test_codegen_align's does.
-    targets = pytest.importorskip("targets")
-    from targets.base import LaunchConfig
-
     ex = (rand(8, 50257, dtype=BF16),)
     op = generate(softmax, ex, name="sm_shift_ptx")
     path = tmp_path / "mod.py"
     path.write_text(op.triton_module_source())
-    hw = hwmodels.get("h100")
-    cfg = _looped(4096, num_warps=8)
-    (ref,) = op.kernel_refs(ex, cfg, source_path=str(path))
+    (ref,) = op.kernel_refs(ex, _looped(4096, num_warps=8), source_path=str(path))
     assert ref.constexprs["SHIFT"] == 8
-    backend = targets.for_device(hw)
-    accesses = {}
-    for shift in (8, 1):
-        rep = backend.compile(dataclasses.replace(ref, constexprs={**ref.constexprs,
-                                                                   "SHIFT": shift}),
-                              LaunchConfig(8, 1), hw)
-        assert rep.fits, rep.reasons
-        assert rep.resources.spill_bytes == 0
-        accesses[shift] = _global_accesses(rep.artifacts["ptx"])
+    accesses = accesses_by_knob(ref, "SHIFT", (8, 1), 8)
     vector = re.compile(r"\.v4\b")
     assert any(vector.search(a) for a in accesses[8] if a.startswith("ld")), accesses[8]
     assert any(vector.search(a) for a in accesses[8] if a.startswith("st")), accesses[8]
