@@ -89,10 +89,11 @@ class Emitter:
         self.fills: dict[int, float] = {}
         self.masked: dict[str, float] = {}
         # The looped kernel's SHIFT body (rowwise.looped.shifted): a whole row's loads and
-        # stores take the block's 16-byte-aligned address (`row_address`); `shifted` lists the
-        # tensors that did (launcher expressions), whose strides the launcher checks.
+        # stores take the block's 16-byte-aligned address (`row_address`); `shifted`: the
+        # tensors that did (launcher expressions, whose strides the launcher checks), each with
+        # its row stride's parameter.
         self.shift = False
-        self.shifted: list[str] = []
+        self.shifted: dict[str, str] = {}
         self.shift_body = 0  # where the open SHIFT loop's statements begin (rowwise.looped)
         self._n = 0
         # Compile-time flag of a Triton kernel: every output is fp16/bf16, so erf may take the
@@ -352,9 +353,8 @@ class Emitter:
                 coords[0].expr != "rows" or coords[1].expr != "cols" or not coords[1].col or \
                 any(s == 1 for s in shape):
             return None
-        if tensor not in self.shifted:
-            self.shifted.append(tensor)
         row, col = stride(0, False), stride(1, True)
+        self.shifted.setdefault(tensor, row)
         return f"{ptr} + (row_s * {row}) // SHIFT * SHIFT + cols_al * {col}"
 
     def branch_on_inner(self, inner: str, edge: str, prefix: str) -> str:

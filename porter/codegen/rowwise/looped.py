@@ -47,10 +47,7 @@ def shifted(rg: RowGen) -> tuple[list[str], list[str]] | None:
     em, _ = _looped(rg, shift=True)
     if not em.shifted:
         return None
-    first = em.shifted[0]
-    k = int(first[first.index("[") + 1:-1])
-    stride = rg.args.input_stride(k, 0) if first.startswith("inputs") else \
-        rg.args.output_stride(k, 0)
+    stride = next(iter(em.shifted.values()))  # the first tensor's: `row_shift`'s reference
     prologue = ["    tl.static_assert(ROWS == 1)",
                 "    row_s = (pid * ROWS).to(tl.int64)",
                 # int32, as the columns (int64 columns took 27-49 more registers)
