@@ -15,7 +15,7 @@ def _next_pow2(n):
 
 def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_threads=1024,
                     full_output=True, one_round_variance=False, unmeasured=False, coop=False,
-                    cuda=True, sms=132):
+                    cuda=True, sms=132, form=None):
     """Config for a rowwise kernel: a whole row in registers when it fits, else a looped pass.
 
     From a sweep of the whole variant space on an H100 (bench/sweep.py, bench/NOTES.md):
@@ -39,10 +39,18 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       with about 40 values per thread (5120 = 4096 + 1024 at 4 warps, 20000 in 16384 + 4096
       at 16 warps), where the single pass masks up to half its lanes: the port's pick at 5120
       on the H100 and H200 (items 27, 49), and at 4096 x 20000 bf16 softmax 108.9 us against
-      the single pass's 131.4. With a mean and a variance (layernorm), rows wider than 16384
-      keep the single pass: two blocks ran 143 us at 4096 x 20000 (165 with VAR1) against the
-      single pass's 147, and the looped kernel's 120.5 is a form no suite bucket times, so the
-      loader's estimate would run the reference there (item 58);
+      the single pass's 131.4. With a mean and a variance (layernorm) in fp32, rows wider
+      than 16384 keep the single pass: two blocks ran 143 us at 4096 x 20000 bf16 (165 with
+      VAR1) against the single pass's 147 (item 58; the looped kernel's 120.5 there is the
+      16-bit rule below);
+    - with a mean and a variance (layernorm), 16-bit rows of 8193-40960 columns that are not
+      a power of two (or wider than 32768), 2048 rows or more, take the looped kernel with
+      VAR1, in blocks of the largest power of two up to half the row, 16 values a thread: the
+      best looped config at 8000 x 9000 (4096 x 8), 4096 x 20000 and 2500 x 24000 (8192 x 16)
+      and 3000 x 40000 (16384 x 32), 86-93% of a same-size copy where the one-block configs
+      ran 75-84% and split_coop 0.90x eager; 6000 x 11000's best was 4096 x 16 warps; at 1000
+      x 12288 (under 8 rows an SM) the looped kernel's best ran 81% of copy, the one-block
+      config 83% (items 59-60);
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
       columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and
       looped rows take 4096-column blocks at 4 warps (32 values a thread), within 5% of each
@@ -56,12 +64,37 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       programs, one chunk each in registers (`sms`: the device's SMs, so that a row's chunks
       are all resident), in `coop_tile`'s blocks; at 50,257 wide in bf16 (2-byte loads) it ran
       55%, eager's own kernel 68% (item 58).
+
+    `form` asks for this rule's config of one kernel form ("one-block": the whole row in
+    registers, where the rule itself would hold it so; "looped"; "split_coop": a row of two
+    chunks or more, with the module's `coop` on an NVIDIA GPU), None where that form has no
+    config here: the port times each form's config at its buckets, the loader's evidence of
+    that form's speed at shapes no bucket was ported for (porter/packs/unseen.py).
     """
     cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output)
+    if form == "one-block" and cfg["strategy"] == "looped":
+        return None
+    if form == "looped" and cfg["strategy"] != "looped":
+        cfg = _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads,
+                            full_output, looped=True)
     max_warps = max(1, max_threads // warp_size)
     block = cfg["BLOCK_N"]
     head, tail = block // 2, _next_pow2(max(n_cols - block // 2, 1))
-    if unmeasured and last_dim and full_output and cfg["strategy"] == "single_pass" \
+    coop_cfg = _coop_config(n_cols, elem_bytes, warp_size, sms) \
+        if coop and cuda and full_output and last_dim and form in (None, "split_coop") else None
+    if form == "split_coop":
+        if coop_cfg is None or coop_cfg["SPLIT"] < 2:
+            return None
+        cfg = coop_cfg
+    elif unmeasured and last_dim and full_output and one_round_variance and elem_bytes <= 2 \
+            and n_rows >= 2048 and n_cols <= 40960 and (
+                (form == "looped" and n_cols > 4096) or (form is None and 8192 < n_cols and (
+                    n_cols & (n_cols - 1) or n_cols > 32768))):
+        block = _next_pow2(n_cols // 2 + 1) // 2  # the largest power of two <= half the row
+        cfg = {"strategy": "looped", "ROWS": 1, "BLOCK_N": block,
+               "num_warps": max(1, min(max_warps, block // (16 * warp_size))), "num_stages": 1,
+               "VAR1": True}
+    elif unmeasured and last_dim and full_output and cfg["strategy"] == "single_pass" \
             and n_cols > 4096 and head + tail < block \
             and not (one_round_variance and n_cols > 16384):
         warps = 1
@@ -69,13 +102,8 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
             warps *= 2
         cfg = {"strategy": "two_block", "ROWS": 1, "BLOCK_N": head, "BLOCK_TAIL": tail,
                "num_warps": warps, "num_stages": 1}
-    elif unmeasured and coop and cuda and full_output and last_dim and cfg["strategy"] == "looped" \
-            and (elem_bytes >= 4 or n_cols * elem_bytes % 16 == 0):
-        block, warps, per_sm = coop_tile(elem_bytes)
-        split = -(-n_cols // block)
-        if split <= sms * per_sm and block // (warps * warp_size) >= 4:
-            cfg = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
-                   "num_warps": warps, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}
+    elif unmeasured and coop_cfg and cfg["strategy"] == "looped":
+        cfg = coop_cfg
     elif unmeasured and not full_output and last_dim and cfg["strategy"] == "single_pass" \
             and block >= 4096:
         cfg["num_warps"] = max(1, min(max_warps, cfg["ROWS"] * block // (64 * warp_size)))
@@ -87,10 +115,12 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
     return cfg
 
 
-def _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output):
+def _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, full_output,
+                  looped=None):
     block_n = _next_pow2(max(n_cols, 1))
     max_warps = max(1, max_threads // warp_size)
-    looped = block_n > 32768 or (block_n > 8192 and not full_output)
+    if looped is None:
+        looped = block_n > 32768 or (block_n > 8192 and not full_output)
     if not looped:
         if last_dim:
             rows = max(1, min(_next_pow2(max(1, 1024 // block_n)), 128))
@@ -101,9 +131,23 @@ def _rowwise_tile(n_rows, n_cols, elem_bytes, last_dim, warp_size, max_threads, 
         warps = max(1, min(max_warps, rows * block_n // (per_thread * warp_size)))
         return {"strategy": "single_pass", "ROWS": rows, "BLOCK_N": block_n,
                 "num_warps": warps, "num_stages": 1}
-    block = 8192 if elem_bytes <= 2 else 4096
+    block = min(8192 if elem_bytes <= 2 else 4096, block_n)
     return {"strategy": "looped", "ROWS": 1, "BLOCK_N": block,
             "num_warps": max(1, min(max_warps, block // (32 * warp_size))), "num_stages": 1}
+
+
+def _coop_config(n_cols, elem_bytes, warp_size, sms):
+    """The split_coop config of a row (`coop_tile`'s chunks), or None where its chunks would
+    not load 16 bytes at a time (2-byte rows not a multiple of 8), not all be resident at once
+    on `sms` SMs, or hold under 4 values a thread."""
+    if elem_bytes < 4 and n_cols * elem_bytes % 16:
+        return None
+    block, warps, per_sm = coop_tile(elem_bytes)
+    split = -(-n_cols // block)
+    if split > sms * per_sm or block // (warps * warp_size) < 4:
+        return None
+    return {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": block, "SPLIT": split,
+            "num_warps": warps, "num_stages": 1, "PROGRAMS_PER_SM": per_sm}
 
 
 def looped_lanes(block_n, num_warps, elem_bytes, warp_size=32):

@@ -51,6 +51,17 @@ FINALISTS = 3
 # 35_GroupNorm, inputs of 7.5 GB: four candidates' timing ran past 150 s on an H100).
 SLOW_FACTOR = 8.0
 
+# Kernel forms (porter.packs.unseen.kernel_form) of which, beside the kept kernel, each bucket
+# times the config the module's own rule gives for that form (`form_speedups`): the loader's
+# evidence at shapes no bucket was ported for, where the rule picks another form than the
+# buckets' kept ones (layernorm's looped kernel at 20,000 wide; split_coop past 32,768).
+EVIDENCE_FORMS = ("one-block", "looped", "split_coop")
+# Repetitions of each form's config beside eager: evidence for an estimate that needs a 10%
+# margin per octave, not a ranking of close candidates.
+FORM_REPS = 20
+# Set to 0 to skip the forms' timing (a port then writes no `form_speedups`).
+FORM_EVIDENCE_ENV = "PORTER_FORM_EVIDENCE"
+
 DEVICE_HUNG_EXIT = 3
 _exit = os._exit  # no cleanup: the main thread is stuck in CUDA; tests replace it
 
@@ -103,6 +114,81 @@ def drop_slow(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
                        why=f"one call took {ms:.4g} ms, over {SLOW_FACTOR:g}x the fastest of the "
                            f"candidates and eager PyTorch ({floor:.4g} ms): not timed further")
     return kept
+
+
+def form_configs(probe: Any, hw: HardwareModel, inputs: tuple[Any, ...], kept_form: str | None,
+                 dname: str) -> list[tuple[str, dict[str, Any]]]:
+    """(form, config) for each of EVIDENCE_FORMS but the kept kernel's whose config the module's
+    rule gives at these inputs on `hw`, derived as the pack's loader derives one at a shape no
+    bucket was ported for (`probe`: the module, its rules swapped while they are asked, so
+    nothing may launch from it meanwhile)."""
+    from porter.packs.unseen import derive_config
+
+    configs = []
+    for form in EVIDENCE_FORMS:
+        if form == kept_form:
+            continue
+        config, _how = derive_config(probe, hw, inputs, form=form)
+        if config is not None:
+            configs.append((form, {**config, "dtype": dname}))
+    return configs
+
+
+def form_speedups(session: PortSession, hw: HardwareModel, shape: tuple[int, ...],
+                  dtype: torch.dtype, source: str, kept_config: dict[str, Any],
+                  make_args: Callable[[], tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
+    """Each other kernel form's config (`form_configs`), checked at the bucket's shape (the
+    smoke stage) and timed beside eager: {form: {"config", "speedup_vs_eager" (eager time /
+    its time, median of paired repetitions), "time_ms"}}. A config that fails its check or
+    crashes is left out, with a line saying so. Where the rule picks another form than the
+    buckets' kept ones at a shape no bucket was ported for, these are the loader's evidence of
+    that config's speed (porter/packs/unseen.py); a form's fastest search candidate was not
+    (bench/NOTES.md item 60: one untuned candidate had run 0.32x eager)."""
+    import dataclasses
+
+    from harness import check
+    from harness.timing import compare
+    from porter.packs.unseen import kernel_form
+
+    if os.environ.get(FORM_EVIDENCE_ENV, "1") == "0":
+        return {}
+    dname = dtype_name(dtype)
+    at_shape = dataclasses.replace(session.problem, smoke_shape=tuple(shape))
+    # derive_config swaps the module's rules while it asks them: nothing else runs meanwhile
+    module = session.module(source, interpret=False)
+    found: dict[str, dict[str, Any]] = {}
+    for form, config in form_configs(module, hw, make_args(), kernel_form(kept_config), dname):
+        cand = RefittingCandidate(module, session.gen_op, hw, config)
+        what = f"{hw.name} {shape} {dname}: the {form} form's rule config {cfg_text(config)}"
+
+        def on_hang(what: str = what) -> None:
+            print(f"porter port: {what} did not finish in {session.target_deadline_s:.0f} s: "
+                  f"taken to be hung. Stopping; rerun with {FORM_EVIDENCE_ENV}=0 to port "
+                  "without timing the other forms' configs.", file=sys.stderr, flush=True)
+            _exit(DEVICE_HUNG_EXIT)
+
+        try:
+            with deadline(session.target_deadline_s, on_hang):
+                quick = check(at_shape, cand, device="cuda", interpret=False, hw=hw,
+                              stages=["smoke"], dtypes=[dtype])
+                ok = quick.passed and not cand.refitted
+                cmp = compare({"kernel": lambda *a, _c=cand: _c(*a),
+                               "eager": session.problem.reference},
+                              make_args, hw=hw, reps=FORM_REPS, graph=False) if ok else None
+        except Exception as exc:  # noqa: BLE001 - no evidence from a config that crashes
+            print(f"porter port: {what} crashed ({type(exc).__name__}: {exc}); no evidence of "
+                  "that form here", file=sys.stderr, flush=True)
+            continue
+        if cmp is None:
+            why = ("it ran another config at this shape" if quick.passed
+                   else quick.failed.message if quick.failed else "failed")
+            print(f"porter port: {what} failed its check ({why}); no evidence of that form "
+                  "here", file=sys.stderr, flush=True)
+            continue
+        found[form] = {"config": {k: v for k, v in config.items() if k != "dtype"},
+                       "speedup_vs_eager": round(cmp.ratio("eager", "kernel")[0], 4),
+                       "time_ms": cmp.timings["kernel"].median_ms}
+    return found
 
 
 def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBackend,
@@ -248,6 +334,9 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
                       "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
                       "speedup_vs_eager": vs_eager[0],
                       "speedup_vs_eager_p20_p80": [vs_eager[1], vs_eager[2]]})
+    forms = form_speedups(session, hw, tuple(shape), dtype, p.source, p.cand.config, make_args)
+    if forms:
+        p.numbers["form_speedups"] = forms
     if vs_eager[2] < 1.0 and vs_eager[0] < PREFER_REFERENCE_BELOW:
         # Eager PyTorch was faster in (at least) 80% of the paired repetitions, and by more
         # than noise at the median: the pack says so and its loader runs the reference for

@@ -7,9 +7,10 @@ for"), which `PackedOp.choose` applies:
   and thread limit, as `porter.codegen.variants.default_config` does for the port;
 - eager: on a GPU, the reference op runs instead when the kernel-vs-eager ratio estimated
   from the nearest timed buckets of that dtype on either side of the row width (same kernel
-  form: one block or looped) is under 1 + MARGIN_PER_OCTAVE per octave to the nearer, or when
-  buckets of that dtype were timed but none of that form (`versus_eager`). Logged once per
-  (shape bucket, dtype); `describe()` says which config, why, and the estimate.
+  form: one block, looped or split_coop; where no bucket kept that form, the rule's config of
+  that form timed at the buckets; else the other forms' ratios, halved) is under 1 +
+  MARGIN_PER_OCTAVE per octave to the nearer (`versus_eager`). Logged once per (shape bucket,
+  dtype); `describe()` says which config, why, and the estimate.
 """
 
 from __future__ import annotations
@@ -69,14 +70,14 @@ def hw_model(target: str) -> Any:
 class _Asked(Exception):
     """Raised by a rule stand-in with the config the rule gave: the launcher stops there."""
 
-    def __init__(self, config: dict[str, Any], how: str) -> None:
+    def __init__(self, config: dict[str, Any] | None, how: str) -> None:
         super().__init__("config derived")
         self.config = config
         self.how = how  # the rule and the device values it was given
 
 
-def derive_config(module: ModuleType, hw: Any,
-                  inputs: tuple[Any, ...]) -> tuple[dict[str, Any] | None, str]:
+def derive_config(module: ModuleType, hw: Any, inputs: tuple[Any, ...],
+                  form: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """The config a generated module's own default rule gives `inputs` on device `hw`.
 
     A generated launcher called with config=None sizes its config with the generator's rule
@@ -97,6 +98,10 @@ def derive_config(module: ModuleType, hw: Any,
             swapped while this runs).
         hw: the device's hardware model.
         inputs: the call's inputs (only shapes, strides and dtypes are read).
+        form: the config of this kernel form (`kernel_form`) whatever the rule would pick
+            (heuristics.rowwise_default's `form`), as the port times each form at its buckets;
+            (None, why) where the rule has no config of that form here or cannot be asked for
+            one (the other rules, and rowwise rules of packs made before it could).
 
     Returns:
         (config, how) with the rule's name in `how`; (None, why) when the module has no such
@@ -128,7 +133,13 @@ def derive_config(module: ModuleType, hw: Any,
             bound = sig.bind(*args, **kwargs)
             used = {k: v for k, v in device_args.items() if k in sig.parameters}
             bound.arguments.update(used)
+            if form is not None:
+                if "form" not in sig.parameters:
+                    raise _Asked(None, f"{name} cannot be asked for the {form} form")
+                bound.arguments["form"] = form
             config = rule(*bound.args, **bound.kwargs)
+            if config is None and form is not None:
+                raise _Asked(None, f"{name} has no {form} config for these inputs")
             if config is None:  # not this rule's case (columns_default): the launcher goes on
                 return None
             if used.get("tf32x3") and "BLOCK_M" in config:
@@ -144,6 +155,8 @@ def derive_config(module: ModuleType, hw: Any,
         module.launch(*meta)
         return None, "the launcher asked none of the generator's rules for these inputs"
     except _Asked as asked:
+        if asked.config is None:
+            return None, asked.how
         config, used = asked.config, asked.how
     except Exception as exc:  # noqa: BLE001 - no derived config; the launcher will choose
         return None, f"asking the module's rules failed: {type(exc).__name__}: {exc}"
@@ -185,6 +198,15 @@ def speedup(b: dict[str, Any]) -> float | None:
     return float(s)
 
 
+def rule_speedup(b: dict[str, Any], form: str | None) -> float | None:
+    """A bucket's measured ratio against eager of the module rule's `form` config, which the
+    port timed there beside its kept kernel of another form (the bucket's `form_speedups`,
+    porter/judge/device.form_speedups), or None."""
+    forms = (b.get("numbers") or {}).get("form_speedups")
+    s = (forms.get(form) or {}).get("speedup_vs_eager") if isinstance(forms, dict) else None
+    return float(s) if isinstance(s, (int, float)) and s > 0 else None
+
+
 def _pct_of_copy(b: dict[str, Any], target: str) -> str:
     """", 93% of copy" for a measured bucket on a device with a measured copy bandwidth."""
     n = b.get("numbers") or {}
@@ -218,15 +240,19 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     (on a log scale, each weighted by the other's distance: the nearer counts more; one side
     only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
     octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
-    counts a quarter); otherwise the reference runs. Where buckets of this dtype were timed but
-    none of this form, the same rule runs over the buckets of the other forms, each ratio
-    divided by OTHER_FORM_FACTOR. Given the row width `n_cols`, a bucket whose rows are 16-byte
-    aligned where these are not, or the other way (`rows_aligned`), counts its ratio divided by
-    UNALIGNED_FACTOR, unless `shifted`: the config's kernel starts its blocks on the rows'
-    16-byte boundaries where rows are not aligned (the module's SHIFT_STRATEGIES,
-    heuristics.row_shift), so it loads 16 bytes at a time at either alignment. With no timed
-    bucket of this dtype there is no estimate, and the kernel runs (its tier already says it
-    was never timed).
+    counts a quarter); otherwise the reference runs. Where no timed bucket of this dtype kept a
+    kernel of this form, the buckets where the port timed the module rule's config of this form
+    beside their kept kernel (`rule_speedup`) count with that ratio; where none did, the same
+    rule runs over the buckets of the other forms, each ratio divided by OTHER_FORM_FACTOR.
+    Given the row width `n_cols`, a bucket whose rows are 16-byte aligned where these are not,
+    or the other way (`rows_aligned`), counts its ratio divided by UNALIGNED_FACTOR, unless
+    `shifted` and the bucket's kept kernel is the evidence: the config's kernel starts its
+    blocks on the rows' 16-byte boundaries where rows are not aligned (the module's
+    SHIFT_STRATEGIES, heuristics.row_shift), which kept cross-entropy's looped kernels at their
+    speed; softmax's looped rule config with SHIFT ran 0.91x eager at 50,257 wide (bf16), so a
+    rule config's ratio from aligned rows is halved all the same. With no timed bucket of this
+    dtype there is no estimate, and the kernel runs (its tier already says it was never
+    timed).
 
     Returns:
         (why the reference runs, or None; a sentence of the evidence for describe()).
@@ -239,17 +265,25 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                       "estimate either way")
     form = kernel_form(config)
     same = [b for b in timed if form is None or kernel_form(b.get("config")) in (None, form)]
+    # no bucket kept a kernel of this form: the rule's config of this form timed at the buckets
+    ruled = {} if same else {b["bucket"]: s for b in timed
+                             if (s := rule_speedup(b, form)) is not None}
+    if ruled:
+        same = [b for b in timed if b["bucket"] in ruled]
     other_form = not same
     if other_form:
         same = timed
     aligned, unlike = True, set()
-    if n_cols is not None and not shifted:
+    if n_cols is not None:
         aligned = rows_aligned(n_cols, dtype)
-        unlike = {b["bucket"] for b in same if b.get("shape")
+        # a SHIFT kernel keeps its speed at either alignment only as the buckets' kept kernels
+        # measured it (cross-entropy); softmax's rule config ran 0.91x eager at 50,257 wide
+        unlike = {b["bucket"] for b in same if b.get("shape") and (ruled or not shifted)
                   and rows_aligned(int(b["shape"][-1]), dtype) is not aligned}
 
     def ratio(b: dict[str, Any]) -> float:
-        return ((speedup(b) or 1e-9) / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
+        measured = ruled[b["bucket"]] if ruled else speedup(b) or 1e-9
+        return (measured / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
                 / (OTHER_FORM_FACTOR if other_form else 1.0))
 
     width = row_width(bucket)
@@ -270,6 +304,10 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         other = (f" (rows {'not ' if aligned else ''}16-byte aligned where these are"
                  f"{'' if aligned else ' not'}: counted / {UNALIGNED_FACTOR:g})"
                  if b["bucket"] in unlike else "")
+        if ruled:
+            return (f"{b['bucket']}'s {form} rule config ran {ruled[b['bucket']]:.2f}x eager "
+                    f"(its kept {kernel_form(b.get('config'))} kernel {speedup(b):.2f}x), "
+                    f"{d:.2f} octaves away{other}")
         form_note = (f" (the {kernel_form(b.get('config'))} form where this shape needs the "
                      f"{form} form: counted / {OTHER_FORM_FACTOR:g})" if other_form else "")
         return (f"{b['bucket']} ran {speedup(b):.2f}x eager{_pct_of_copy(b, target)}, "

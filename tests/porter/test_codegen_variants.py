@@ -183,11 +183,71 @@ def test_unmeasured_rowwise_default_holds_rows_not_a_power_of_two_in_two_blocks(
         cfg = rowwise_default(4096, n_cols, 2, last_dim, unmeasured=True)
         assert cfg["strategy"] == "single_pass", (n_cols, last_dim)
     assert rowwise_default(4096, 20000, 2, True)["strategy"] == "single_pass"
-    # a mean and a variance over rows wider than 16384: the single pass as before (item 58)
-    ln = rowwise_default(4096, 20000, 2, True, one_round_variance=True, unmeasured=True)
-    assert ln == rowwise_default(4096, 20000, 2, True, one_round_variance=True)
+    # a mean and a variance over fp32 rows wider than 16384: the single pass as before (item
+    # 58); over 16-bit rows, the looped kernel (below), but under 2048 rows two blocks
+    ln = rowwise_default(4096, 20000, 4, True, one_round_variance=True, unmeasured=True)
+    assert ln == rowwise_default(4096, 20000, 4, True, one_round_variance=True)
     assert rowwise_default(1000, 12288, 2, True, one_round_variance=True,
                            unmeasured=True)["strategy"] == "two_block"
+
+
+def test_unmeasured_rowwise_default_loops_layernorms_wide_16_bit_rows() -> None:
+    from porter.codegen.heuristics import rowwise_default
+
+    def rule(n_rows, n_cols, eb=2, **kw):
+        cfg = rowwise_default(n_rows, n_cols, eb, True, one_round_variance=True, **kw)
+        return tuple(cfg.get(k) for k in ("strategy", "BLOCK_N", "num_warps", "VAR1"))
+
+    # the best looped configs of items 59-60's sweeps: half the row's largest power of two,
+    # 16 values a thread, VAR1
+    assert rule(8000, 9000, unmeasured=True) == ("looped", 4096, 8, True)
+    assert rule(4096, 20000, unmeasured=True) == ("looped", 8192, 16, True)
+    assert rule(2500, 24000, unmeasured=True) == ("looped", 8192, 16, True)
+    assert rule(3000, 40000, unmeasured=True, coop=True) == ("looped", 16384, 32, True)
+    # not: a power of two up to 32768 (the single pass), fp32, too few rows, past 40960
+    # columns (split_coop where the module has it), a row-only output, the port's anchor
+    assert rule(4096, 32768, unmeasured=True)[0] == "single_pass"
+    assert rule(4096, 20000, 4, unmeasured=True)[0] == "single_pass"
+    assert rule(1000, 20000, unmeasured=True)[0] == "single_pass"
+    assert rule(4096, 50000, unmeasured=True, coop=True)[0] == "split_coop"
+    assert rule(4096, 20000, unmeasured=True, full_output=False)[:2] == ("looped", 4096)
+    assert rule(4096, 20000)[0] == "single_pass"
+
+
+@pytest.mark.parametrize("full_output,one_round_variance,coop", [
+    (True, False, True), (False, False, False), (True, True, True)])
+def test_rowwise_default_gives_each_forms_config_on_request(
+        full_output: bool, one_round_variance: bool, coop: bool) -> None:
+    """`form` asks the rule for one kernel form's config (the port times each at its buckets
+    as the loader's evidence): where the rule picks that form itself it gives the same config;
+    one block only where the rule would hold the row so, split_coop only over two chunks or
+    more of a module that has it."""
+    from porter.codegen.heuristics import rowwise_default
+    from porter.packs.unseen import kernel_form
+
+    for n_rows, n_cols in ((8192, 1792), (16384, 8192), (4096, 20000), (2500, 24000),
+                           (4096, 32768), (3000, 40000), (4096, 50257), (4096, 131072)):
+        kw = dict(full_output=full_output, one_round_variance=one_round_variance,
+                  unmeasured=True, coop=coop)
+        natural = rowwise_default(n_rows, n_cols, 2, True, **kw)
+        for form in ("one-block", "looped", "split_coop"):
+            cfg = rowwise_default(n_rows, n_cols, 2, True, form=form, **kw)
+            where = (n_rows, n_cols, form)
+            if kernel_form(natural) == form:
+                assert cfg == natural, where
+            elif cfg is not None:
+                assert kernel_form(cfg) == form, where
+            if form == "one-block":
+                assert (cfg is None) is (n_cols > (32768 if full_output else 8192)), where
+            if form == "looped":
+                assert cfg is not None and cfg["BLOCK_N"] <= max(8192, n_cols), where
+            if form == "split_coop":
+                assert (cfg is not None) is (coop and n_cols > 16384
+                                             and n_cols * 2 % 16 == 0), where
+    # layernorm's looped rule at a power-of-two bucket the rule holds in one block
+    assert rowwise_default(16384, 8192, 2, True, one_round_variance=True, unmeasured=True,
+                           form="looped") == {"strategy": "looped", "ROWS": 1, "BLOCK_N": 4096,
+                                              "num_warps": 8, "num_stages": 1, "VAR1": True}
 
 
 def test_unmeasured_rowwise_default_splits_aligned_vocabulary_rows_over_programs() -> None:

@@ -53,18 +53,24 @@ def _one_block(block: int, warps: int, dtype: str) -> dict[str, Any]:
 
 
 def _pack(tmp: Path, buckets: dict[str, tuple[dict[str, Any], float | None]], *,
-          tier: str = "measured", cpu_buckets: tuple[str, ...] = ()) -> Path:
+          tier: str = "measured", cpu_buckets: tuple[str, ...] = (),
+          forms: dict[str, dict[str, float]] | None = None) -> Path:
     """A softmax pack of the real generated module: h100 and mi300x entries with the given bf16
     buckets ({bucket: (config, kernel-vs-eager ratio or None)}), and interpreted-tier fp32
-    buckets `cpu_buckets` (default configs) for the CPU."""
+    buckets `cpu_buckets` (default configs) for the CPU; `forms`: {bucket: {form: ratio}}, the
+    rule configs of other forms the port timed at a bucket (its `form_speedups`)."""
     op = _softmax_op()
     source = op.triton_module_source()
 
     def choice(bucket: str, dtype: str, config: dict[str, Any], speedup: float | None,
                tier: str) -> BucketChoice:
         shape = tuple(int(d) for d in bucket.split("x"))
+        numbers = _numbers(speedup)
+        if dtype == "bf16" and bucket in (forms or {}):
+            numbers["form_speedups"] = {f: {"config": {"strategy": f}, "speedup_vs_eager": r,
+                                            "time_ms": 0.03} for f, r in forms[bucket].items()}
         return BucketChoice(bucket=bucket, dtype=dtype, shape=shape, config=config,
-                            source=source, tier=tier, numbers=_numbers(speedup))
+                            source=source, tier=tier, numbers=numbers)
 
     def entry(target: str, vendor: str, backend: str, arch: str) -> TargetResult:
         chosen = [choice(b, "bf16", cfg, s, tier) for b, (cfg, s) in buckets.items()]
@@ -232,6 +238,49 @@ def test_shifted_kernels_count_buckets_of_either_alignment(tmp_path: Path) -> No
     assert "4096x128256 ran 1.34x eager" in c.evidence and "counted / 2" not in c.evidence
     assert op._shifted(c.bucket, c.config)
     assert not op._shifted(c.bucket, {**c.config, "strategy": "single_pass"})
+
+
+def test_where_no_bucket_kept_the_form_its_rule_config_timed_there_is_the_evidence(
+        tmp_path: Path) -> None:
+    """The port times, at each bucket, the module rule's config of each other kernel form
+    beside eager (`form_speedups`, porter/judge/device.py). At a shape that needs a form no
+    bucket kept, those ratios are the evidence, counted as they are (not halved for the form);
+    a rule config slower than eager there says eager."""
+    wide = {**TWO_WIDTHS, "4096x32768": (_one_block(32768, 32, "bf16"), 1.5)}
+    forms = {"4096x32768": {"looped": 1.1, "split_coop": 1.3}, "4096x8192": {"looped": 1.2}}
+    op = load_pack(_pack(tmp_path, wide, forms=forms), device="h100")
+    c = op.choose(*_x(1024, 50000))  # aligned rows (8 x 6250): the rule splits them
+    assert c.config["strategy"] == "split_coop" and c.runs_kernel
+    assert "4096x32768's split_coop rule config ran 1.30x eager (its kept one-block kernel " \
+        "1.50x)" in c.evidence and "counted / 2" not in c.evidence
+    assert "4096x8192" not in c.evidence
+    (tmp_path / "slow").mkdir()
+    slow = {"4096x32768": {"split_coop": 0.9}}
+    c = load_pack(_pack(tmp_path / "slow", wide, forms=slow),
+                  device="h100").choose(*_x(1024, 50000))
+    assert not c.runs_kernel and "split_coop rule config ran 0.90x eager" in c.reference_why
+    # a bucket that kept the form outranks the rule configs timed elsewhere
+    coop = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 16384, "SPLIT": 8, "num_warps": 8,
+            "num_stages": 1, "PROGRAMS_PER_SM": 2, "dtype": "bf16"}
+    (tmp_path / "kept").mkdir()
+    c = load_pack(_pack(tmp_path / "kept", {**wide, "4096x131072": (coop, 1.4)}, forms=slow),
+                  device="h100").choose(*_x(1024, 50000))
+    assert c.runs_kernel and "4096x131072 ran 1.40x eager" in c.evidence
+    assert "rule config" not in c.evidence
+
+
+def test_a_rule_configs_ratio_from_aligned_rows_counts_halved_even_with_shift(
+        tmp_path: Path) -> None:
+    """SHIFT kept cross-entropy's kept looped kernels at their speed at 50,257 wide, but
+    softmax's looped rule config ran 0.91x eager there (bench/NOTES.md item 60): a rule
+    config's ratio timed on aligned rows counts halved for unaligned ones, SHIFT or not."""
+    forms = {"4096x8192": {"looped": 1.8}}
+    op = load_pack(_pack(tmp_path, TWO_WIDTHS, forms=forms), device="h100")
+    c = op.choose(*_x(4096, 50257))
+    assert c.config["strategy"] == "looped" and op._shifted(c.bucket, c.config)
+    assert not c.runs_kernel
+    assert "looped rule config ran 1.80x eager" in c.reference_why
+    assert "(rows 16-byte aligned where these are not: counted / 2)" in c.reference_why
 
 
 def test_aligned_vocabulary_rows_derive_the_split_coop_kernel(tmp_path: Path) -> None:
