@@ -7,8 +7,8 @@ for"), which `PackedOp.choose` applies:
   and thread limit, as `porter.codegen.variants.default_config` does for the port;
 - eager: on a GPU, the reference op runs instead when the kernel-vs-eager ratio estimated
   from the nearest timed buckets of that dtype on either side of the row width (same kernel
-  form: one block, looped or split_coop; where no bucket kept that form, the rule's config of
-  that form timed at the buckets; else the other forms' ratios, halved) is under 1 +
+  form: one block, looped or split_coop, the kept kernel's or the rule's config of that form
+  timed beside it; where neither was timed, the other forms' ratios, halved) is under 1 +
   MARGIN_PER_OCTAVE per octave to the nearer (`versus_eager`). Logged once per (shape bucket,
   dtype); `describe()` says which config, why, and the estimate.
 """
@@ -240,10 +240,10 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
     (on a log scale, each weighted by the other's distance: the nearer counts more; one side
     only: its ratio). The kernel runs when the estimate is at least 1 + MARGIN_PER_OCTAVE per
     octave to the nearer of them (distance: format.bucket_distance / 4, so a row-count octave
-    counts a quarter); otherwise the reference runs. Where no timed bucket of this dtype kept a
-    kernel of this form, the buckets where the port timed the module rule's config of this form
-    beside their kept kernel (`rule_speedup`) count with that ratio; where none did, the same
-    rule runs over the buckets of the other forms, each ratio divided by OTHER_FORM_FACTOR.
+    counts a quarter); otherwise the reference runs. A bucket whose kept kernel has another
+    form counts with the module rule's config of this form where the port timed one there
+    beside its kept kernel (`rule_speedup`); where no bucket has either, the same rule runs
+    over the buckets of the other forms, each ratio divided by OTHER_FORM_FACTOR.
     Given the row width `n_cols`, a bucket whose rows are 16-byte aligned where these are not,
     or the other way (`rows_aligned`), counts its ratio divided by UNALIGNED_FACTOR, unless
     `shifted` and the bucket's kept kernel is the evidence: the config's kernel starts its
@@ -265,11 +265,11 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
                       "estimate either way")
     form = kernel_form(config)
     same = [b for b in timed if form is None or kernel_form(b.get("config")) in (None, form)]
-    # no bucket kept a kernel of this form: the rule's config of this form timed at the buckets
-    ruled = {} if same else {b["bucket"]: s for b in timed
-                             if (s := rule_speedup(b, form)) is not None}
-    if ruled:
-        same = [b for b in timed if b["bucket"] in ruled]
+    # a bucket whose kept kernel has another form: its rule config of this form, timed there
+    kept = {b["bucket"] for b in same}
+    ruled = {b["bucket"]: s for b in timed if b["bucket"] not in kept
+             and (s := rule_speedup(b, form)) is not None}
+    same += [b for b in timed if b["bucket"] in ruled]
     other_form = not same
     if other_form:
         same = timed
@@ -278,11 +278,12 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         aligned = rows_aligned(n_cols, dtype)
         # a SHIFT kernel keeps its speed at either alignment only as the buckets' kept kernels
         # measured it (cross-entropy); softmax's rule config ran 0.91x eager at 50,257 wide
-        unlike = {b["bucket"] for b in same if b.get("shape") and (ruled or not shifted)
+        unlike = {b["bucket"] for b in same if b.get("shape")
+                  and (b["bucket"] in ruled or not shifted)
                   and rows_aligned(int(b["shape"][-1]), dtype) is not aligned}
 
     def ratio(b: dict[str, Any]) -> float:
-        measured = ruled[b["bucket"]] if ruled else speedup(b) or 1e-9
+        measured = ruled.get(b["bucket"]) or speedup(b) or 1e-9
         return (measured / (UNALIGNED_FACTOR if b["bucket"] in unlike else 1.0)
                 / (OTHER_FORM_FACTOR if other_form else 1.0))
 
@@ -304,7 +305,7 @@ def versus_eager(entry: dict[str, Any], bucket: str, dtype: str,
         other = (f" (rows {'not ' if aligned else ''}16-byte aligned where these are"
                  f"{'' if aligned else ' not'}: counted / {UNALIGNED_FACTOR:g})"
                  if b["bucket"] in unlike else "")
-        if ruled:
+        if b["bucket"] in ruled:
             return (f"{b['bucket']}'s {form} rule config ran {ruled[b['bucket']]:.2f}x eager "
                     f"(its kept {kernel_form(b.get('config'))} kernel {speedup(b):.2f}x), "
                     f"{d:.2f} octaves away{other}")

@@ -16,7 +16,7 @@ from tests.porter.test_port import ROOT
 from tests.porter.test_port import _porter
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _module(name: str) -> Any:
     """A generated module (decorated under the interpreter: only its rules are asked)."""
     from porter.codegen import generate

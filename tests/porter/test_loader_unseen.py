@@ -259,14 +259,20 @@ def test_where_no_bucket_kept_the_form_its_rule_config_timed_there_is_the_eviden
     c = load_pack(_pack(tmp_path / "slow", wide, forms=slow),
                   device="h100").choose(*_x(1024, 50000))
     assert not c.runs_kernel and "split_coop rule config ran 0.90x eager" in c.reference_why
-    # a bucket that kept the form outranks the rule configs timed elsewhere
-    coop = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 16384, "SPLIT": 8, "num_warps": 8,
+    # beside a bucket that kept the form: each side's nearest, by its own evidence (rmsnorm's
+    # pack kept split_coop at 4096 x 4096, and nothing wider, on an H100: item 61)
+    coop = {"strategy": "split_coop", "ROWS": 1, "BLOCK_N": 16384, "SPLIT": 1, "num_warps": 8,
             "num_stages": 1, "PROGRAMS_PER_SM": 2, "dtype": "bf16"}
     (tmp_path / "kept").mkdir()
-    c = load_pack(_pack(tmp_path / "kept", {**wide, "4096x131072": (coop, 1.4)}, forms=slow),
+    fast = {"4096x32768": {"split_coop": 1.6}}
+    c = load_pack(_pack(tmp_path / "kept", {**wide, "4096x1024": (coop, 1.2)}, forms=fast),
                   device="h100").choose(*_x(1024, 50000))
-    assert c.runs_kernel and "4096x131072 ran 1.40x eager" in c.evidence
-    assert "rule config" not in c.evidence
+    assert c.runs_kernel and "4096x32768's split_coop rule config ran 1.60x eager" in c.evidence
+    assert "4096x1024" not in c.evidence  # farther on the same side
+    c = load_pack(_pack(tmp_path / "kept", {**wide, "4096x131072": (
+        {**coop, "SPLIT": 8}, 1.4)}, forms=slow), device="h100").choose(*_x(1024, 50000))
+    assert "4096x131072 ran 1.40x eager" in c.evidence
+    assert "4096x32768's split_coop rule config ran 0.90x eager" in c.evidence
 
 
 def test_a_rule_configs_ratio_from_aligned_rows_counts_halved_even_with_shift(
