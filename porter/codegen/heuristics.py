@@ -50,7 +50,8 @@ def rowwise_default(n_rows, n_cols, elem_bytes, last_dim, warp_size=32, max_thre
       and 3000 x 40000 (16384 x 32), 86-93% of a same-size copy where the one-block configs
       ran 75-84% and split_coop 0.90x eager; 6000 x 11000's best was 4096 x 16 warps; at 1000
       x 12288 (under 8 rows an SM) the looped kernel's best ran 81% of copy, the one-block
-      config 83% (items 59-60);
+      config 83% (items 59-60). The loader's evidence for it: this rule's looped configs,
+      which the port times at its buckets where it keeps one-block kernels (item 61);
     - ops that only reduce take 64 values per thread in single-pass rows of 4096-8192
       columns: cross-entropy 10000 x 4096 bf16 at 2 warps 36.2 us, at 8 warps 42.3; and
       looped rows take 4096-column blocks at 4 warps (32 values a thread), within 5% of each
