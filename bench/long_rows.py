@@ -71,6 +71,14 @@ def group_norm(x, w, b):
     return F.group_norm(x, 8, w, b, 1e-5)  # KernelBench 35: rows of C/8 channels x H x W
 
 
+def l1_norm(x):
+    return x / torch.mean(torch.abs(x), dim=1, keepdim=True)  # KernelBench 38
+
+
+def l2_norm(x):
+    return x / torch.norm(x, p=2, dim=1, keepdim=True)  # KernelBench 39
+
+
 @dataclass(frozen=True)
 class Case:
     name: str
@@ -112,6 +120,9 @@ def _cases() -> list[Case]:
     out.append(Case("rmsnorm_16x4194304_fp32", rmsnorm, (16, 4194304), torch.float32, 1, 1))
     out.append(Case("gn8_112x64x512x512_fp32", group_norm, (112, 64, 512, 512), torch.float32, 2,
                     channels=True, small_shape=(2, 16, 4, 8)))
+    # KernelBench 38/39's rows: 65,535 fp32, not 16-byte aligned
+    out += [Case(f"{fn.__name__}_32768x65535_fp32", fn, (32768, 65535), torch.float32)
+            for fn in (l1_norm, l2_norm)]
     return out
 
 
