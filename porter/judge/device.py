@@ -134,17 +134,18 @@ def form_configs(probe: Any, hw: HardwareModel, inputs: tuple[Any, ...], kept_fo
     return configs
 
 
-def form_speedups(session: PortSession, hw: HardwareModel, shape: tuple[int, ...],
-                  dtype: torch.dtype, source: str, kept_config: dict[str, Any],
+def form_speedups(session: PortSession, hw: HardwareModel, at_shape: Any, dtype: torch.dtype,
+                  source: str, kept_config: dict[str, Any],
                   make_args: Callable[[], tuple[Any, ...]]) -> dict[str, dict[str, Any]]:
-    """Each other kernel form's config (`form_configs`), checked at the bucket's shape (the
-    smoke stage) and timed beside eager: {form: {"config", "speedup_vs_eager" (eager time /
-    its time, median of paired repetitions), "time_ms"}}. A config that fails its check or
+    """Each other kernel form's config (`form_configs`), checked at the bucket's shape
+    (`at_shape`: the problem with its smoke shape there; the smoke stage) and timed beside
+    eager: {form: {"config", "speedup_vs_eager" (eager time / its time, median of paired
+    repetitions), "time_ms"}}. A config that fails its check or
     crashes is left out, with a line saying so. Where the rule picks another form than the
     buckets' kept ones at a shape no bucket was ported for, these are the loader's evidence of
     that config's speed (porter/packs/unseen.py); a form's fastest search candidate was not
     (bench/NOTES.md item 60: one untuned candidate had run 0.32x eager)."""
-    import dataclasses
+    import torch
 
     from harness import check
     from harness.timing import compare
@@ -153,11 +154,14 @@ def form_speedups(session: PortSession, hw: HardwareModel, shape: tuple[int, ...
     if os.environ.get(FORM_EVIDENCE_ENV, "1") == "0":
         return {}
     dname = dtype_name(dtype)
-    at_shape = dataclasses.replace(session.problem, smoke_shape=tuple(shape))
+    shape = tuple(at_shape.smoke_shape)
+    # the rules read only shapes, strides and dtypes: meta tensors (KernelBench 35's are 7.5 GB)
+    meta = tuple(at_shape.make_inputs(shape, dtype, torch.device("meta"),
+                                      torch.Generator().manual_seed(0)))
     # derive_config swaps the module's rules while it asks them: nothing else runs meanwhile
     module = session.module(source, interpret=False)
     found: dict[str, dict[str, Any]] = {}
-    for form, config in form_configs(module, hw, make_args(), kernel_form(kept_config), dname):
+    for form, config in form_configs(module, hw, meta, kernel_form(kept_config), dname):
         cand = RefittingCandidate(module, session.gen_op, hw, config)
         what = f"{hw.name} {shape} {dname}: the {form} form's rule config {cfg_text(config)}"
 
@@ -334,7 +338,7 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
                       "pct_of_peak": roof.pct_peak, "floor_ms": roof.floor_ms,
                       "speedup_vs_eager": vs_eager[0],
                       "speedup_vs_eager_p20_p80": [vs_eager[1], vs_eager[2]]})
-    forms = form_speedups(session, hw, tuple(shape), dtype, p.source, p.cand.config, make_args)
+    forms = form_speedups(session, hw, at_shape, dtype, p.source, p.cand.config, make_args)
     if forms:
         p.numbers["form_speedups"] = forms
     if vs_eager[2] < 1.0 and vs_eager[0] < PREFER_REFERENCE_BELOW:
