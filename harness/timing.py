@@ -474,3 +474,46 @@ def compare(providers: Mapping[str, Callable[..., Any]], make_args: Callable[[],
     runners, mode = _prepare(providers, make_args, hw, graph, warmup)
     timings = _run_interleaved(runners, hw, reps, flush, mode, shuffle)
     return Comparison(timings=timings, order=tuple(providers))
+
+
+@dataclass(frozen=True)
+class CallTime:
+    """What a Python caller sees, calling back to back on one input set (a model's loop).
+
+    cpu_us: host time per call until the call returned (its Python and launch cost; the work is
+    still queued). call_us: host time per call until the device finished them all: the larger
+    of the CPU cost and the device time, plus gaps. The one that binds a speed claim is call_us.
+    """
+
+    cpu_us: float
+    call_us: float
+    calls: int  # calls per round; medians over `rounds`
+    rounds: int
+
+
+def call_time(fn: Callable[..., Any], args: Sequence[Any], *, calls: int = 200, rounds: int = 7,
+              warmup: int = 20) -> CallTime:
+    """`fn(*args)` called `calls` times back to back, `rounds` times: medians of `CallTime`.
+
+    The same inputs every call, as a model's layers see one activation size after another; no
+    cache flush (a call's few MB may sit in L2, as they would in the model). 200 calls of up to
+    three launches each stay under the launch queue's depth, so the CPU time is not the queue's.
+
+    Raises:
+        TimingUnavailable: on a machine without a GPU.
+    """
+    require_gpu()
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    cpu, wall = [], []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn(*args)
+        t1 = time.perf_counter()
+        torch.cuda.synchronize()
+        t2 = time.perf_counter()
+        cpu.append((t1 - t0) / calls * 1e6)
+        wall.append((t2 - t0) / calls * 1e6)
+    return CallTime(statistics.median(cpu), statistics.median(wall), calls, rounds)

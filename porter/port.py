@@ -49,6 +49,7 @@ from porter.errors import PortError
 from porter.judge.device import DEVICE_HUNG_EXIT  # noqa: F401
 from porter.judge.device import deadline  # noqa: F401
 from porter.loop import run_target
+from porter.packs import leading
 from porter.results import BucketChoice  # noqa: F401 - what port() returns, importable from here
 from porter.results import PortResult
 from porter.results import TargetResult  # noqa: F401
@@ -101,6 +102,7 @@ def _session(spec: Any, run_dir: Path, *, store_path: Path, resume: bool,
                           max_checks=checks, time_budget_s=budget_s, units=units,
                           deadline_s=deadline_s, verbose=verbose, generate=generate_op)
     session.signature = input_kinds(example)
+    session.leading_dims = leading.probe(spec.reference, example)
     session.detect_reason = det.reason
     return session
 
@@ -238,7 +240,7 @@ def port(
     result = PortResult(
         op=spec.name, spec_path=spec_path, run_dir=rd, targets=tuple(results),
         versions={k: v for k, v in env_info.versions().items() if v is not None},
-        fusion=fusion_d, signature=session.signature,
+        fusion=fusion_d, signature=session.signature, leading_dims=session.leading_dims,
         # A spec module defines `reference` itself: the loader imports it from reference.py
         # directly (its TRITON_KERNEL path would not resolve inside the pack). A KernelBench file
         # is self-contained and goes through load_spec, which lifts the Model's parameters.

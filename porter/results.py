@@ -59,6 +59,8 @@ class PortResult:
     checks_shared: int = 0
     budget: str = ""  # the search budget, as the output states it
     warnings_file: Path | None = None  # library warnings captured during the port, if any
+    # the traced ranks and whether extra leading dims merge into the rows (porter.packs.leading)
+    leading_dims: dict[str, Any] | None = None
 
     @property
     def missing(self) -> tuple[TargetResult, ...]:

@@ -89,6 +89,7 @@ class PortSession:
         self.local = local
         self.detect_reason = ""  # why no GPU is measured here, when none is
         self.signature: tuple[str, ...] = ()  # input kinds, for the pack (`input_kinds`)
+        self.leading_dims: dict[str, Any] | None = None  # porter.packs.leading.probe's verdict
         self.deadline_s = deadline_s
         self.max_variants, self.max_checks, self.time_budget_s = (
             max_variants, max_checks, time_budget_s)

@@ -44,7 +44,9 @@ from typing import Any
 
 import torch
 
+from porter.packs import bound
 from porter.packs import custom_op
+from porter.packs import leading
 from porter.packs.choice import Choice
 from porter.packs.choice import cpu_eligible
 from porter.packs.choice import pick_bucket
@@ -93,8 +95,9 @@ class PackedOp:
         self.op: str = self.manifest["op"]
         self._warned: set[str] = set()
         self._modules: dict[tuple[str, bool], Verified] = {}
-        # (device, shape, dtype) -> (module, config) already chosen for a compiled (GPU) call
-        self._resolved: dict[tuple[Any, ...], tuple[ModuleType, Any]] = {}
+        # call_key -> what runs that call from now on: a bound launch, the resolved launcher, a
+        # Metal runner or the reference (GPU and MPS calls; CPU calls are chosen every time)
+        self._fast: dict[tuple[Any, ...], Any] = {}
         self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
         # (file sha256, target, input shapes) -> (config derived for them, how): choose() asks
         # the module's rule once per shape, not once per call
@@ -125,6 +128,11 @@ class PackedOp:
 
     def choose(self, *inputs: Any) -> Choice:
         """What a call with these inputs would run, and why. Never raises for a bad fit."""
+        merged = self._merged(inputs, None)
+        if isinstance(merged, str):
+            return Choice(None, None, False, merged)
+        if merged is not None:
+            inputs = merged.inputs  # what the kernel is given: the rows merged
         first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
         if first is None:
             return Choice(None, None, False,
@@ -294,6 +302,7 @@ class PackedOp:
                              f"file {c.bucket['file']}")
             if c.evidence:
                 lines.append(f"kernel vs eager at {c.asked}: {c.evidence}")
+            lines.append(self._call_path(inputs))
             return "\n".join(lines)
         for e in self.manifest["entries"]:
             mark = "*" if e["target"] == self._gpu_target else " "
@@ -301,35 +310,60 @@ class PackedOp:
                          f"{len(e['buckets'])} bucket(s)")
         return "\n".join(lines)
 
+    def _call_path(self, inputs: tuple[Any, ...]) -> str:
+        """How calls with these inputs run now (describe() says it)."""
+        try:
+            runner = self._fast.get(call_key(inputs, None))
+        except TypeError:
+            return "calls: chosen on every call (an argument is not hashable)"
+        if isinstance(runner, bound.BoundCall):
+            return (f"calls: a bound launch of {runner.n_kernels} compiled kernel(s), no launcher "
+                    "Python per call")
+        if isinstance(runner, _Kernel):
+            return ("calls: through the launcher: " + (runner.why_unbound or "bound once two "
+                                                       "calls launch alike"))
+        if isinstance(runner, _Reference):
+            return f"calls: the reference op ({runner.why})"
+        if isinstance(runner, _Metal):
+            return "calls: the Metal runner chosen for them"
+        return ("calls: not resolved yet (on a GPU the first call chooses, and from the third "
+                "the compiled kernels launch directly where two calls launched alike)")
+
     # -- running --------------------------------------------------------------------------
     def __call__(self, *inputs: Any, out: Any = None) -> Any:
-        # Hot path: a GPU call whose device, shape and dtype were already resolved goes straight
-        # to the chosen kernel (choosing costs tens of microseconds of Python per call).
-        first = next((t for t in inputs if isinstance(t, torch.Tensor)), None)
-        key = None if first is None else (first.device, tuple(first.shape), first.dtype)
-        fast = self._resolved.get(key) if key is not None else None
+        # Hot path: one look-up by the call's key, then what was resolved for it (a bound launch
+        # of the compiled kernels once two calls agreed, porter.packs.bound; else the resolved
+        # launcher or the reference). Choosing costs tens of microseconds of Python per call.
+        try:
+            key = call_key(inputs, out)
+            fast = self._fast.get(key)
+        except TypeError:  # an unhashable argument: no key, so every call resolves
+            key, fast = None, None
         if fast is not None:
-            module, config = fast
-            return module.launch(*inputs, out=out, config=config)
+            return fast(inputs, out)
+        return self._resolve(key, inputs, out)
+
+    def _resolve(self, key: tuple[Any, ...] | None, inputs: tuple[Any, ...], out: Any) -> Any:
+        """Choose for a call not resolved yet, run it, and file what runs later calls of its key
+        (GPU and MPS calls; a CPU call under the interpreter is chosen every time)."""
+        merged = self._merged(inputs, out)
+        if isinstance(merged, str):
+            self._warn_once(merged)
+            return self._file(key, _Reference(self.reference, merged))(inputs, out)
         choice = self.choose(*inputs)
         if choice.bucket is None:
             self._warn_once(choice.reason)
-            result = self.reference(*inputs)
-            if out is not None:
-                out.copy_(result)
-                return out
-            return result
+            return ReferenceModule(self.reference).launch(*inputs, out=out)
         if choice.bucket["file"].endswith(".metal"):
-            return self._run_metal(choice, inputs, out)
+            runner = _Metal(self, choice)
+            return (self._file(key, runner) if not choice.interpret else runner)(inputs, out)
         if choice.reference_why is not None:
             # Measured (exact bucket) or estimated from the neighbours' measurements (no exact
             # bucket): eager is faster here, so the pack runs it; said once per bucket and dtype.
             self._log_once(f"reference:{choice.target}:{choice.asked}", "%s %s on %s: running "
                            "the reference op: %s", self.op, choice.asked, choice.target,
                            choice.reference_why)
-            if key is not None:
-                self._resolved[key] = (ReferenceModule(self.reference), None)
-            return ReferenceModule(self.reference).launch(*inputs, out=out)
+            return self._file(key, _Reference(self.reference, choice.reference_why))(inputs, out)
         if choice.unseen:
             self._log_once(f"unseen:{choice.target}:{choice.asked}", "%s %s on %s: %s; config "
                            "%s: %s%s", self.op, choice.asked, choice.target, choice.reason,
@@ -345,7 +379,48 @@ class PackedOp:
                            "%s: the %s kernel passed the correctness stages under the interpreter "
                            "and compiled for this arch, but was not timed on this device",
                            self.op, choice.target)
-        return self._launch(choice, inputs, out, key)
+        if merged is not None and merged.copied:
+            self._log_once(f"copied:{choice.asked}", "%s: inputs %s have strides that do not "
+                           "merge their leading dims into rows, so each call copies them",
+                           self.op, list(merged.copied))
+        result, config = self._launch(choice, merged, inputs, out)
+        wrong = self._wrong_result(key, inputs, result)
+        if wrong is not None:
+            self._warn_once(wrong)
+            return self._file(key, _Reference(self.reference, wrong))(inputs, out)
+        if not choice.interpret:
+            self._file(key, _Kernel(self, key, self._module(choice.bucket["file"], False), config))
+        return result
+
+    def _merged(self, inputs: tuple[Any, ...], out: Any) -> leading.Merged | str | None:
+        """The call with its extra leading dims merged into rows (porter.packs.leading)."""
+        return leading.merge(self.manifest.get("leading_dims"), inputs, out)
+
+    def _file(self, key: tuple[Any, ...] | None, runner: Any) -> Any:
+        """Keep `runner` for later calls of `key`; returns it."""
+        if key is not None:
+            self._fast[key] = runner
+        return runner
+
+    def _wrong_result(self, key: tuple[Any, ...] | None, inputs: tuple[Any, ...],
+                      result: Any) -> str | None:
+        """Why the kernel's result cannot be the reference's (shape or dtype differ from the
+        reference's own on meta tensors, checked once per key), else None."""
+        expected = _meta_result(self.reference, inputs)
+        if expected is None:
+            return None  # the reference does not run on meta tensors: nothing to compare with
+        got = list(result) if isinstance(result, (tuple, list)) else [result]
+        want = list(expected) if isinstance(expected, (tuple, list)) else [expected]
+        for g, w in zip(got, want, strict=False):
+            if isinstance(w, torch.Tensor) and (not isinstance(g, torch.Tensor) or tuple(
+                    g.shape) != tuple(w.shape) or g.dtype != w.dtype):
+                gdesc = (f"{tuple(g.shape)} {g.dtype}" if isinstance(g, torch.Tensor)
+                         else type(g).__name__)
+                return (f"the kernel returned {gdesc} where the reference returns "
+                        f"{tuple(w.shape)} {w.dtype}")
+        if len(got) != len(want):
+            return f"the kernel returned {len(got)} results where the reference returns {len(want)}"
+        return None
 
     def force_kernel(self, *inputs: Any, out: Any = None) -> Any:
         """Run the kernel `choose()` picks for these inputs even where the reference op would
@@ -357,23 +432,25 @@ class PackedOp:
                 fallback), with the reason.
         """
         choice = self.choose(*inputs)
-        if choice.bucket is None or choice.bucket["file"].endswith(".metal"):
+        merged = self._merged(inputs, out)
+        if choice.bucket is None or choice.bucket["file"].endswith(".metal") or isinstance(
+                merged, str):
             raise ValueError(f"{self.op}: no Triton kernel of the pack fits these inputs: "
-                             f"{choice.reason}")
-        return self._launch(choice, inputs, out, None)
+                             f"{merged if isinstance(merged, str) else choice.reason}")
+        return self._launch(choice, merged, inputs, out)[0]
 
-    def _launch(self, choice: Choice, inputs: tuple[Any, ...], out: Any,
-                key: tuple[Any, ...] | None) -> Any:
-        """Run choice's kernel; a GPU call's (module, config) is kept under `key`."""
+    def _launch(self, choice: Choice, merged: leading.Merged | None, inputs: tuple[Any, ...],
+                out: Any) -> tuple[Any, Any]:
+        """Run choice's kernel on the (merged) inputs: (result, the config that ran)."""
         assert choice.bucket is not None
+        if merged is not None:
+            result, config = self._launch(choice, None, merged.inputs, merged.out)
+            return merged.result(result), config
         module = self._module(choice.bucket["file"], choice.interpret)
         config = choice.config
         with triton_interpret(True if choice.interpret else None):
             try:
-                result = module.launch(*inputs, out=out, config=config)
-                if not choice.interpret and key is not None:
-                    self._resolved[key] = (module, config)
-                return result
+                return module.launch(*inputs, out=out, config=config), config
             except ValueError as exc:
                 # The generated launcher validates a config against the inputs before launching
                 # (e.g. a one-block row needs BLOCK_N >= n_cols, and a nearest-bucket config may
@@ -399,9 +476,7 @@ class PackedOp:
                     refit if refit is not None else "the launcher's own default config", how,
                     "timed" if speedup(choice.bucket) is not None else "checked",
                     choice.bucket["bucket"])
-                if not choice.interpret and key is not None:
-                    self._resolved[key] = (module, refit)
-                return result
+                return result, refit
 
     def _run_metal(self, choice: Choice, inputs: tuple[Any, ...], out: Any) -> Any:
         """A Metal entry: through MPS on a Mac, the CPU executor on a CPU (porter.mps), from the
@@ -409,6 +484,8 @@ class PackedOp:
         from porter import mps
 
         assert choice.bucket is not None
+        merged = self._merged(inputs, out)
+        assert not isinstance(merged, str)  # choose() said the kernel takes these inputs
         rel = choice.bucket["file"]
         with self._lock:
             if rel not in self._metal:
@@ -418,14 +495,14 @@ class PackedOp:
         why = runner.unavailable(inputs)
         if why is not None:
             self._warn_once(f"{choice.target} Metal entry: {why}")
-            result = self.reference(*inputs)
-            return result if out is None else ReferenceModule(lambda *a: result).launch(
-                *inputs, out=out)
+            return ReferenceModule(self.reference).launch(*inputs, out=out)
         self._log_once(f"metal:{choice.target}", "%s: running the %s Metal kernel %s", self.op,
                        choice.target, "through MPS" if inputs and any(
                            isinstance(t, torch.Tensor) and t.device.type == "mps"
                            for t in inputs) else "on the CPU Metal executor (correct, not fast)")
-        return runner(inputs, out, self.reference)
+        if merged is None:
+            return runner(inputs, out, self.reference)
+        return merged.result(runner(merged.inputs, merged.out, self.reference))
 
     def _module(self, rel: str, interpret: bool) -> ModuleType:
         """The module of pack file `rel`, executed from the bytes verified at load time."""
@@ -482,6 +559,108 @@ class PackedOp:
         """Register `kernel_porter::<op>` as a torch.library custom op; returns the op
         (porter.packs.custom_op says how)."""
         return custom_op.register_custom_op(self)
+
+
+def call_key(inputs: tuple[Any, ...], out: Any) -> tuple[Any, ...]:
+    """What a resolved call depends on: every tensor's shape, strides, dtype, device and 16-byte
+    alignment (Triton specializes on it), every other argument's value, and `out`'s tensors.
+
+    Raises:
+        TypeError: an argument that is not hashable (such a call has no key).
+    """
+    key = tuple((t.shape, t.stride(), t.dtype, t.device, t.data_ptr() % 16 == 0)
+                if isinstance(t, torch.Tensor) else t for t in inputs)
+    if out is None:
+        return key
+    outs = (out,) if isinstance(out, torch.Tensor) else tuple(out)
+    return (*key, "out", *((o.shape, o.stride(), o.dtype, o.device, o.data_ptr() % 16 == 0)
+                           for o in outs))
+
+
+def _meta_result(reference: Any, inputs: tuple[Any, ...]) -> Any:
+    """The reference's result on meta tensors like `inputs` (shapes and dtypes only), or None
+    where it does not run on meta tensors."""
+    metas = tuple(torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+                  if isinstance(t, torch.Tensor) else t for t in inputs)
+    try:
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            return reference(*metas)
+    except Exception:  # noqa: BLE001 - a reference that needs real data (or CPU parameters)
+        return None
+
+
+class _Reference:
+    """Runs the reference op for a call key (eager measured or estimated faster, or a form
+    the kernel cannot take); `why` says which."""
+
+    def __init__(self, reference: Any, why: str) -> None:
+        self.module = ReferenceModule(reference)
+        self.why = why
+
+    def __call__(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        return self.module.launch(*inputs, out=out)
+
+
+class _Metal:
+    """Runs one chosen Metal entry for a call key."""
+
+    def __init__(self, packed: PackedOp, choice: Choice) -> None:
+        self.packed, self.choice = packed, choice
+
+    def __call__(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        return self.packed._run_metal(self.choice, inputs, out)
+
+
+class _Kernel:
+    """Runs a resolved (module, config) for one call key through its launcher; from its second
+    call on, records each call (porter.packs.bound) and, once two calls did the same, files a
+    `BoundCall` under the key, so later calls launch the compiled kernels directly. `why_unbound`
+    says why a key stays on the launcher."""
+
+    RECORDED_CALLS = 4  # calls recorded before the key stays on the launcher for good
+
+    def __init__(self, packed: PackedOp, key: tuple[Any, ...] | None, module: ModuleType,
+                 config: Any) -> None:
+        self.packed, self.key, self.module, self.config = packed, key, module, config
+        self.calls = 0
+        self.previous: bound.Plan | None = None
+        self.why_unbound: str | None = None if key is not None else "the call has no key"
+
+    def run(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        merged = self.packed._merged(inputs, out)
+        if merged is None:
+            return self.module.launch(*inputs, out=out, config=self.config)
+        assert not isinstance(merged, str)  # the key was resolved to this kernel
+        return merged.result(self.module.launch(*merged.inputs, out=merged.out,
+                                                config=self.config))
+
+    def __call__(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        if self.why_unbound is not None:
+            return self.run(inputs, out)
+        first = next(t for t in inputs if isinstance(t, torch.Tensor))
+        if first.device.type != "cuda":
+            self.why_unbound = f"inputs on {first.device.type}: only CUDA/HIP launches are bound"
+            return self.run(inputs, out)
+        if torch.cuda.is_current_stream_capturing():
+            return self.run(inputs, out)  # a launcher may act otherwise under capture: not noted
+        if first.device.index != torch.cuda.current_device():
+            self.why_unbound = (f"inputs on {first.device} while the current device is "
+                                f"cuda:{torch.cuda.current_device()}")
+            return self.run(inputs, out)
+        rec = bound.record(lambda: self.run(inputs, out))
+        plan = bound.plan(rec, inputs, out)
+        self.calls += 1
+        if isinstance(plan, str):
+            self.why_unbound = plan
+        elif self.previous is not None and bound.same(self.previous, plan):
+            self.packed._fast[self.key] = bound.BoundCall(  # type: ignore[index]
+                plan, first.device, config=self.config)
+        elif self.calls >= self.RECORDED_CALLS:
+            self.why_unbound = (f"{self.calls} calls with the same key did not launch the same "
+                                "kernels, grids and scalars")
+        self.previous = plan if not isinstance(plan, str) else None
+        return rec.result
 
 
 def load_pack(

@@ -123,6 +123,7 @@ def write_pack(result: PortResult, out_dir: str | Path, *, replace: bool = False
             "versions": dict(result.versions),
             "fusion": dict(result.fusion),
             "signature": list(result.signature),
+            "leading_dims": result.leading_dims,
             "files": files,
             "entries": entries,
         }

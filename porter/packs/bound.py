@@ -1,0 +1,297 @@
+"""A pack call bound to its compiled kernels: later calls cost a launch, not a launcher.
+
+A generated launcher validates its inputs, allocates, derives a config and launches through
+Triton's JIT (`kernel[grid](...)`), which binds and specializes its arguments on every call: on
+an H200 a pack call cost 60 us of CPU where eager `F.rms_norm` cost 17 (issue 46). For one
+(device, shapes, strides, dtypes, alignment, scalars) all of that gives the same answer every
+time, so the loader records what a call did and replays it:
+
+- `record(fn)` runs one call of the launcher with Triton's `JITFunction.run` watched on this
+  thread (each launch's compiled kernel, grid and bound arguments) and torch's dispatcher watched
+  (every aten op the call ran, and each tensor it allocated).
+- `plan(recording, inputs, out)` says what the call did without holding its tensors, and
+  `same(a, b)` whether two consecutive calls' plans match. The loader binds (`BoundCall`) only
+  when they did the same thing: the same compiled kernels, grids and scalar arguments, every
+  tensor argument a view into an input, an `out` tensor or a tensor the call allocated
+  uninitialized (an output or scratch: `torch.empty` carries no values, so a fresh one per
+  replay is the same), and no aten op but allocations and views. Anything else (a scalar that
+  changes per call, such as the row-wise fold's stamp; a `torch.zeros`; a copy; a launch only
+  one of the calls made, as an autotuner's benchmarking) leaves the call on the launcher, with
+  the reason kept for `describe()`.
+- `BoundCall(inputs, out)` allocates the outputs and scratch afresh and calls each compiled
+  kernel's launcher (`CompiledKernel.run`, what `JITFunction.run` ends in) with the recorded
+  arguments, the tensors' addresses swapped in: the same kernels, grids and arguments the
+  launcher would have used, on the current stream.
+
+What a replay skips is only Python that would have computed the same values: it is correct for
+exactly the key the loader files it under (porter.packs.loader.call_key), which holds every
+tensor's shape, strides, dtype, device and 16-byte alignment (Triton specializes on it) and every
+other argument's value.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten ops that only allocate, uninitialized: a replay allocates afresh
+_ALLOCATING = frozenset({"empty", "empty_strided", "empty_like", "new_empty",
+                         "new_empty_strided"})
+_recording = threading.local()
+_patch_lock = threading.Lock()
+
+
+@dataclass
+class Launch:
+    """One kernel launch as Triton's JIT made it, and as the launcher asked for it."""
+
+    kernel: Any  # triton.compiler.CompiledKernel
+    grid: tuple[int, int, int]
+    args: list[Any]  # bound arguments in the kernel's signature order (constexprs included)
+    jit_fn: Any  # the JITFunction launched, and what it was given: `jit_fn[call_grid](...)`
+    call_grid: Any
+    call_args: tuple[Any, ...]
+    call_kwargs: dict[str, Any]
+
+
+@dataclass
+class Recording:
+    """What one call did: its launches, the tensors it allocated, and any other aten op."""
+
+    launches: list[Launch] = field(default_factory=list)
+    allocations: list[torch.Tensor] = field(default_factory=list)
+    foreign_ops: list[str] = field(default_factory=list)  # aten ops other than views/allocations
+    result: Any = None
+
+
+class _Watch(TorchDispatchMode):
+    """Notes every aten op a call runs, and keeps the tensors it allocates."""
+
+    def __init__(self, rec: Recording) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        name = func.overloadpacket.__name__
+        if name in _ALLOCATING and isinstance(out, torch.Tensor):
+            self.rec.allocations.append(out)
+        elif not func.is_view:
+            self.rec.foreign_ops.append(str(func))
+        return out
+
+
+def record(fn: Callable[[], Any]) -> Recording:
+    """Run `fn()` (one launcher call) and note what it did; its result is `.result`.
+
+    Raises whatever `fn` raises. The watch on Triton's JIT is this thread's alone: another
+    thread's launches meanwhile go through untouched and unrecorded.
+    """
+    from triton.runtime.jit import JITFunction
+
+    rec = Recording()
+    with _patch_lock:
+        # Patched for the duration of one call (the first calls of a key only), never left in
+        # place: every other Triton launch in the process keeps Triton's own cost.
+        original = JITFunction.run
+
+        def watched(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+            kernel = original(self, *args, grid=grid, warmup=warmup, **kwargs)
+            target = getattr(_recording, "rec", None)
+            if target is not None and not warmup:
+                target.launches.append(_launch_of(self, kernel, args, kwargs, grid))
+            return kernel
+
+        JITFunction.run = watched
+        _recording.rec = rec
+        try:
+            with _Watch(rec):
+                rec.result = fn()
+        finally:
+            _recording.rec = None
+            JITFunction.run = original
+    return rec
+
+
+def _launch_of(jit_fn: Any, kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+               grid: Any) -> Launch:
+    """The launch as `JITFunction.run` made it: every parameter bound, defaults applied, in the
+    signature's order (what it passes `CompiledKernel.run`), and the grid as three ints."""
+    params = jit_fn.signature.parameters
+    bound = jit_fn.signature.bind(*args, **{k: v for k, v in kwargs.items() if k in params})
+    bound.apply_defaults()
+    g = grid(dict(bound.arguments)) if callable(grid) else grid
+    g = tuple(int(x) for x in g) + (1, 1)
+    return Launch(kernel, (g[0], g[1], g[2]), list(bound.arguments.values()), jit_fn, grid,
+                  args, kwargs)
+
+
+# A pointer argument's source: ("in", index, byte offset), ("out", ...) or ("alloc", ...).
+_Slot = tuple[int, str, int, int]  # (argument position, source kind, source index, byte offset)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a call launched, with its tensors replaced by where they come from."""
+
+    kernels: tuple[Any, ...]
+    grids: tuple[tuple[int, int, int], ...]
+    args: tuple[tuple[Any, ...], ...]  # per launch, tensors replaced by None
+    slots: tuple[tuple[_Slot, ...], ...]  # per launch
+    allocs: tuple[tuple[tuple[int, ...], torch.dtype], ...]  # (shape, dtype) per allocation
+    results: tuple[int, ...]  # the allocation each returned tensor is (out=None)
+    tuple_result: bool
+
+
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first byte, one past the last byte] of a tensor's elements."""
+    lo = t.data_ptr()
+    if t.numel() == 0:
+        return lo, lo
+    extent = sum((s - 1) * abs(st) for s, st in zip(t.shape, t.stride(), strict=True))
+    return lo, lo + (extent + 1) * t.element_size()
+
+
+def _source(t: torch.Tensor, pools: list[tuple[str, list[Any]]]) -> tuple[str, int, int] | None:
+    """Which pool tensor `t` lies inside (a view of an input, an out tensor or an allocation):
+    (pool, index, byte offset), else None."""
+    lo, hi = _span(t)
+    for kind, tensors in pools:
+        for i, u in enumerate(tensors):
+            if not isinstance(u, torch.Tensor) or u.device != t.device:
+                continue
+            ulo, uhi = _span(u)
+            if ulo <= lo and hi <= uhi and (lo < uhi or lo == ulo):
+                return kind, i, lo - ulo
+    return None
+
+
+def plan(rec: Recording, inputs: tuple[Any, ...], out: Any) -> Plan | str:
+    """The replayable form of a recorded call (`inputs`/`out` are that call's), holding no
+    tensor; or why it has none."""
+    if rec.foreign_ops:
+        return f"the launcher ran {rec.foreign_ops[0]}, which a replay would skip"
+    if not rec.launches:
+        return "the call launched no Triton kernel"
+    ins = [t for t in inputs if isinstance(t, torch.Tensor)]
+    outs = [] if out is None else ([out] if isinstance(out, torch.Tensor) else list(out))
+    # "in" indexes the inputs as passed (the replay takes them as they come)
+    pools: list[tuple[str, list[Any]]] = [("in", list(inputs)), ("out", outs),
+                                          ("alloc", rec.allocations)]
+    for i, a in enumerate(ins):
+        for b in ins[i + 1:] + outs:
+            (alo, ahi), (blo, bhi) = _span(a), _span(b)
+            if a.numel() and b.numel() and alo < bhi and blo < ahi:
+                return "two of the call's tensors overlap in memory"
+    args, slots = [], []
+    for launch in rec.launches:
+        fixed, where = [], []
+        for pos, a in enumerate(launch.args):
+            if isinstance(a, torch.Tensor):
+                src = _source(a, pools)
+                if src is None:
+                    return (f"argument {pos} of {launch.kernel.name} is a tensor the call neither "
+                            "received nor allocated")
+                where.append((pos, *src))
+                fixed.append(None)
+            else:
+                fixed.append(a)
+        args.append(tuple(fixed))
+        slots.append(tuple(where))
+    got = rec.result
+    tuple_result = isinstance(got, (tuple, list))
+    returned = list(got) if tuple_result else [got]
+    results: list[int] = []
+    if out is None:
+        for r in returned:
+            k = next((i for i, u in enumerate(rec.allocations)
+                      if isinstance(r, torch.Tensor) and r.data_ptr() == u.data_ptr()
+                      and r.is_contiguous() and r.numel() == u.numel() and r.dtype == u.dtype),
+                     None)
+            if k is None:
+                return "the call returned a tensor that is not one it allocated whole"
+            results.append(k)
+    written = {(kind, i) for s in slots for _, kind, i, _ in s}
+    if any(("alloc", k) not in written for k in results):
+        return "the call returned a tensor no kernel wrote"
+    # a returned allocation is made in the shape it is returned in (a contiguous view of all of
+    # it: the kernels see only its address); scratch flat
+    allocs = tuple((tuple(returned[results.index(k)].shape) if k in results else (u.numel(),),
+                    u.dtype) for k, u in enumerate(rec.allocations))
+    return Plan(tuple(x.kernel for x in rec.launches), tuple(x.grid for x in rec.launches),
+                 tuple(args), tuple(slots), allocs, tuple(results), tuple_result)
+
+
+def same(a: Plan, b: Plan) -> bool:
+    """Whether two calls' plans launched the same kernels, grids and scalars, with the same
+    tensors in the same places: then replaying either is what the launcher does."""
+    if (len(a.kernels) != len(b.kernels)
+            or any(x is not y for x, y in zip(a.kernels, b.kernels, strict=True))
+            or a.grids != b.grids or a.slots != b.slots
+            or a.allocs != b.allocs or a.results != b.results):
+        return False
+    for xs, ys in zip(a.args, b.args, strict=True):
+        for x, y in zip(xs, ys, strict=True):
+            if type(x) is not type(y):
+                return False
+            try:
+                if not bool(x == y):
+                    return False
+            except Exception:  # noqa: BLE001 - an argument that cannot be compared is not bound
+                return False
+    return True
+
+
+class BoundCall:
+    """Replays a bound call: fresh outputs and scratch, then each compiled kernel's launcher."""
+
+    def __init__(self, plan: Plan, device: torch.device, *, config: Any = None,
+                 stream: Callable[[int | None], Any] | None = None) -> None:
+        """`config`: what the launcher was given (for describe() and benchmarks); `stream`:
+        the current stream of a device index (default Triton's driver's)."""
+        from triton import knobs
+
+        self.plan = plan
+        self.device = device
+        self.config = config
+        self._knobs = knobs.runtime
+        if stream is None:
+            from triton.runtime import driver
+
+            stream = driver.active.get_current_stream
+        self._stream = stream
+        self._launches = [
+            (k.run, g, k.function, k.packed_metadata, args, s, k)
+            for k, g, args, s in zip(plan.kernels, plan.grids, plan.args, plan.slots, strict=True)
+        ]
+        self.n_kernels = len(plan.kernels)
+
+    def __call__(self, inputs: tuple[Any, ...], out: Any = None) -> Any:
+        plan = self.plan
+        dev = self.device
+        allocs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in plan.allocs]
+        pools = {"alloc": allocs, "in": inputs}
+        if out is not None:
+            pools["out"] = [out] if isinstance(out, torch.Tensor) else list(out)
+        stream = self._stream(dev.index)
+        enter, leave = self._knobs.launch_enter_hook, self._knobs.launch_exit_hook
+        hooked = enter is not None and getattr(enter, "calls", True)
+        for run, grid, function, meta, recorded, slots, kernel in self._launches:
+            args = list(recorded)  # a copy: two threads may replay one bound call at once
+            for pos, kind, i, offset in slots:
+                args[pos] = pools[kind][i].data_ptr() + offset
+            if hooked:  # a profiler (proton, ...) listens: give it what Triton's JIT would
+                run(grid[0], grid[1], grid[2], stream, function, meta,
+                    kernel.launch_metadata(grid, stream, *args), enter, leave, *args)
+            else:
+                run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
+        if out is not None:
+            return out
+        results = [allocs[k] for k in plan.results]
+        return tuple(results) if plan.tuple_result else results[0]
