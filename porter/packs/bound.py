@@ -249,7 +249,14 @@ def same(a: Plan, b: Plan) -> bool:
 
 
 class BoundCall:
-    """Replays a bound call: fresh outputs and scratch, then each compiled kernel's launcher."""
+    """Replays a bound call: fresh outputs and scratch, then each compiled kernel's launcher.
+
+    The replay is one straight-line function written for the plan when it is bound (as Triton
+    writes its own argument binder): the allocations, the current stream, and one launcher call
+    per kernel with the constants in place and each tensor argument's address read from the
+    call's own tensors. A Triton launch hook (a profiler such as proton) turns the replay to the
+    general path, which gives the hook what Triton's JIT would.
+    """
 
     def __init__(self, plan: Plan, device: torch.device, *, config: Any = None,
                  stream: Callable[[int | None], Any] | None = None) -> None:
@@ -271,8 +278,57 @@ class BoundCall:
             for k, g, args, s in zip(plan.kernels, plan.grids, plan.args, plan.slots, strict=True)
         ]
         self.n_kernels = len(plan.kernels)
+        self.replay = self._straight_line()
 
     def __call__(self, inputs: tuple[Any, ...], out: Any = None) -> Any:
+        return self.replay(inputs, out)
+
+    def _straight_line(self) -> Callable[[tuple[Any, ...], Any], Any]:
+        plan = self.plan
+        ns: dict[str, Any] = {"empty": torch.empty, "stream_of": self._stream,
+                              "DEV": self.device, "IDX": self.device.index,
+                              "general": self._general, "KNOBS": self._knobs}
+        enter = self._knobs.launch_enter_hook
+        if hasattr(enter, "calls"):  # a HookChain (Triton 3.5+): its list is added to in place
+            ns["HOOKS"] = enter.calls
+            lines = ["def replay(inputs, out):", "    if HOOKS:",
+                     "        return general(inputs, out)"]
+        else:
+            lines = ["def replay(inputs, out):", "    if KNOBS.launch_enter_hook is not None:",
+                     "        return general(inputs, out)"]
+        for k, (shape, dtype) in enumerate(plan.allocs):
+            ns[f"S{k}"], ns[f"D{k}"] = shape, dtype
+            lines.append(f"    a{k} = empty(S{k}, dtype=D{k}, device=DEV)")
+        if any(kind == "out" for launch in plan.slots for _, kind, _, _ in launch):
+            lines.append("    outs = (out,) if isinstance(out, Tensor) else out")
+            ns["Tensor"] = torch.Tensor
+        lines.append("    s = stream_of(IDX)")
+        for j, (run, grid, function, meta, recorded, slots, _) in enumerate(self._launches):
+            ns[f"run{j}"], ns[f"F{j}"], ns[f"M{j}"] = run, function, meta
+            where = {pos: (kind, i, offset) for pos, kind, i, offset in slots}
+            exprs = []
+            for pos, a in enumerate(recorded):
+                if pos in where:
+                    kind, i, offset = where[pos]
+                    src = {"in": f"inputs[{i}]", "out": f"outs[{i}]", "alloc": f"a{i}"}[kind]
+                    exprs.append(f"{src}.data_ptr()" + (f" + {offset}" if offset else ""))
+                else:
+                    ns[f"c{j}_{pos}"] = a
+                    exprs.append(f"c{j}_{pos}")
+            lines.append(f"    run{j}({grid[0]}, {grid[1]}, {grid[2]}, s, F{j}, M{j}, None, None, "
+                         f"None, {', '.join(exprs)})")
+        if any(kind == "out" for launch in plan.slots for _, kind, _, _ in launch) or \
+                not plan.results:
+            lines.append("    return out")
+        elif plan.tuple_result:
+            lines.append(f"    return ({', '.join(f'a{k}' for k in plan.results)},)")
+        else:
+            lines.append(f"    return a{plan.results[0]}")
+        exec(compile("\n".join(lines), "<porter bound call>", "exec"), ns)  # noqa: S102
+        return ns["replay"]
+
+    def _general(self, inputs: tuple[Any, ...], out: Any = None) -> Any:
+        """The replay where a launch hook listens: each launch as Triton's JIT makes it."""
         plan = self.plan
         dev = self.device
         allocs = [torch.empty(shape, dtype=dtype, device=dev) for shape, dtype in plan.allocs]
@@ -281,16 +337,12 @@ class BoundCall:
             pools["out"] = [out] if isinstance(out, torch.Tensor) else list(out)
         stream = self._stream(dev.index)
         enter, leave = self._knobs.launch_enter_hook, self._knobs.launch_exit_hook
-        hooked = enter is not None and getattr(enter, "calls", True)
         for run, grid, function, meta, recorded, slots, kernel in self._launches:
-            args = list(recorded)  # a copy: two threads may replay one bound call at once
+            args = list(recorded)
             for pos, kind, i, offset in slots:
                 args[pos] = pools[kind][i].data_ptr() + offset
-            if hooked:  # a profiler (proton, ...) listens: give it what Triton's JIT would
-                run(grid[0], grid[1], grid[2], stream, function, meta,
-                    kernel.launch_metadata(grid, stream, *args), enter, leave, *args)
-            else:
-                run(grid[0], grid[1], grid[2], stream, function, meta, None, None, None, *args)
+            run(grid[0], grid[1], grid[2], stream, function, meta,
+                kernel.launch_metadata(grid, stream, *args), enter, leave, *args)
         if out is not None:
             return out
         results = [allocs[k] for k in plan.results]

@@ -110,3 +110,26 @@ def test_record_notes_allocations_and_views_only() -> None:
     rec = bound.record(launcher)
     assert rec.foreign_ops == [] and len(rec.allocations) == 1
     assert rec.result.data_ptr() == rec.allocations[0].data_ptr()
+
+
+def test_a_launch_hook_gets_what_tritons_jit_would_give_it() -> None:
+    from triton import knobs
+
+    k = FakeKernel()
+    k.launch_metadata = lambda grid, stream, *args: {"name": "k", "grid": grid}  # type: ignore
+    x = torch.randn(4, 8)
+    p = bound.plan(_recording(k, x), (x,), None)
+    assert not isinstance(p, str)
+    call = bound.BoundCall(p, torch.device("cpu"), stream=lambda i: 0)
+    seen: list[Any] = []
+    hook = knobs.runtime.launch_enter_hook
+    if not hasattr(hook, "add"):
+        return  # a Triton without hook chains: nothing to listen with here
+    hook.add(seen.append)
+    try:
+        call((x,), None)
+    finally:
+        hook.remove(seen.append)
+    assert k.calls[-1][6] == {"name": "k", "grid": (4, 1, 1)}
+    call((x,), None)
+    assert k.calls[-1][6] is None  # no hook: the straight-line replay
