@@ -153,6 +153,10 @@ def summary_rows(manifest: dict[str, Any]) -> list[list[Any]]:
                    else "")
                 + ")"
             )
+            call = n.get("call_us")
+            call_txt = "-" if call is None else (
+                f"{call:.1f} us" + (f" (eager {n['eager_call_us']:.1f})"
+                                    if n.get("eager_call_us") is not None else ""))
             pct = n.get("pct_of_peak")
             rows.append(
                 [
@@ -164,14 +168,17 @@ def summary_rows(manifest: dict[str, Any]) -> list[list[Any]]:
                     b.get("dtype", "-"),
                     _config_text(b.get("config") or {}),
                     time_txt,
+                    call_txt,
                     "-" if pct is None else f"{pct:.0f}%",
                 ]
             )
     return rows
 
 
+# time: the kernel's device time; call: a Python caller's time per call back to back (the pack's
+# bound launch), beside eager's
 SUMMARY_HEADERS = ("target", "backend", "arch", "tier", "bucket", "dtype", "config", "time",
-                   "% peak")
+                   "call", "% peak")
 
 
 def _config_text(config: dict[str, Any]) -> str:

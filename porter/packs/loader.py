@@ -302,6 +302,13 @@ class PackedOp:
                              f"file {c.bucket['file']}")
             if c.evidence:
                 lines.append(f"kernel vs eager at {c.asked}: {c.evidence}")
+            n = (c.bucket or {}).get("numbers") or {}
+            if n.get("time_ms") is not None:
+                call = (f", call {n['call_us']:.1f} us back to back (eager "
+                        f"{n['eager_call_us']:.1f})" if n.get("call_us") is not None
+                        else ", call time not measured")
+                lines.append(f"bucket {c.bucket['bucket']}: device {n['time_ms'] * 1e3:.1f} us "
+                             f"({n.get('label', '?')}){call}")
             lines.append(self._call_path(inputs))
             return "\n".join(lines)
         for e in self.manifest["entries"]:

@@ -190,9 +190,11 @@ def kernel_form(config: dict[str, Any] | None) -> str | None:
 
 
 def speedup(b: dict[str, Any]) -> float | None:
-    """A bucket's measured kernel-vs-eager ratio (eager time / kernel time), or None."""
+    """A bucket's measured kernel-vs-eager ratio (eager time / kernel time), or None: of the
+    times that bind (the larger of device time and call time, each side), where the port
+    measured both; else of device times (a pack ported before call times were kept)."""
     n = b.get("numbers") or {}
-    s = n.get("speedup_vs_eager")
+    s = n.get("binding_speedup_vs_eager", n.get("speedup_vs_eager"))
     if n.get("label") != "measured" or not isinstance(s, (int, float)):
         return None
     return float(s)
