@@ -84,21 +84,33 @@ def check(packed: Any, reference: Callable[..., Any], inputs: tuple[Any, ...],
     """The pack's result against the reference in fp32: shape, dtype and values."""
     import torch
 
-    want = reference(*[t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
-                       else t for t in inputs])
-    expect_dtype = reference(*inputs).dtype
+    def listed(r: Any) -> list[Any]:
+        return list(r) if isinstance(r, (tuple, list)) else [r]
+
+    wants = listed(reference(*[t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                               else t for t in inputs]))
+    dtypes = [r.dtype for r in listed(reference(*inputs))]
     if use_out:
-        out = torch.full(want.shape, float("nan"), dtype=expect_dtype, device=want.device)
-        got = packed(*inputs, out=out)
-        same_object = got is out
+        outs = [torch.full(w.shape, float("nan"), dtype=d, device=w.device)
+                for w, d in zip(wants, dtypes, strict=True)]
+        given = outs[0] if len(outs) == 1 else tuple(outs)
+        got = packed(*inputs, out=given)
+        same_object = got is given
     else:
         got, same_object = packed(*inputs), True
-    ok_shape = tuple(got.shape) == tuple(want.shape) and got.dtype == expect_dtype
-    err = float((got.float() - want.float()).abs().max()) if ok_shape and got.numel() else 0.0
-    scale = float(want.float().abs().max()) if want.numel() else 1.0
-    ok = ok_shape and same_object and err <= 2e-2 * max(1.0, scale) and not math.isnan(err)
-    return {"ok": bool(ok), "shape": list(got.shape), "dtype": str(got.dtype),
-            "max_abs_err": err}
+    gots = listed(got)
+    ok_shape = len(gots) == len(wants) and all(
+        tuple(g.shape) == tuple(w.shape) and g.dtype == d
+        for g, w, d in zip(gots, wants, dtypes, strict=False))
+    err, scale = 0.0, 1.0
+    if ok_shape:
+        for g, w in zip(gots, wants, strict=True):
+            if g.numel():
+                err = max(err, float((g.float() - w.float()).abs().max()))
+                scale = max(scale, float(w.float().abs().max()))
+    ok = ok_shape and same_object and err <= 2e-2 * scale and not math.isnan(err)
+    return {"ok": bool(ok), "shapes": [list(g.shape) for g in gots],
+            "dtypes": [str(g.dtype) for g in gots], "max_abs_err": err}
 
 
 def launch_providers(packed: Any, inputs: tuple[Any, ...]) -> dict[str, Callable[[], Any]]:
@@ -241,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
                 use_out = form == "out"
                 verdict = check(packed, spec.reference, fin, use_out)
                 if use_out:
-                    o = torch.empty_like(spec.reference(*fin))
+                    ref = spec.reference(*fin)
+                    o = tuple(torch.empty_like(r) for r in ref) if isinstance(ref, tuple) \
+                        else torch.empty_like(ref)
                     provs = {"pack": lambda _i=fin, _o=o, _p=packed: _p(*_i, out=_o)}
                 else:
                     provs = {"pack": lambda _i=fin, _p=packed: _p(*_i),
