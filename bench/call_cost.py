@@ -59,15 +59,17 @@ def units(op: str) -> list[tuple[int, int]]:
     return [(r, width) for r in DECODE_ROWS + LARGE_ROWS]
 
 
-def forms(inputs: tuple[Any, ...], rows_of: list[int]) -> dict[str, tuple[Any, ...]]:
+def forms(inputs: tuple[Any, ...], rows_of: list[int], nd: bool) -> dict[str, tuple[Any, ...]]:
     """The input forms a model hands over, from 2-D inputs: the row-indexed inputs (`rows_of`,
-    the manifest's leading_dims) as (batch, seq, ...) and as rows strided in a wider buffer."""
+    the manifest's leading_dims) as (batch, seq, ...) where the reference takes them so (`nd`:
+    the port's verdict; F.cross_entropy reads a 3-D input's dim 1 as classes), and as rows
+    strided in a wider buffer."""
     import torch
 
     n = inputs[0].shape[0]
     batch = 2 if n % 2 == 0 else 1
-    nd = tuple(t.view(batch, n // batch, *t.shape[1:]) if i in rows_of else t
-               for i, t in enumerate(inputs))
+    batched = tuple(t.view(batch, n // batch, *t.shape[1:]) if i in rows_of else t
+                    for i, t in enumerate(inputs))
     strided = []
     for i, t in enumerate(inputs):
         if i in rows_of and t.dim() == 2:
@@ -76,7 +78,7 @@ def forms(inputs: tuple[Any, ...], rows_of: list[int]) -> dict[str, tuple[Any, .
             strided.append(buf[:, :t.shape[1]])
         else:
             strided.append(t)
-    return {"2d": inputs, "3d": nd, "strided": tuple(strided)}
+    return {"2d": inputs, **({"3d": batched} if nd else {}), "strided": tuple(strided)}
 
 
 def check(packed: Any, reference: Callable[..., Any], inputs: tuple[Any, ...],
@@ -240,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
                       units=todo, progress=lambda line: None)
         packed = load_pack(result.pack_path)
         custom = packed.register_custom_op()
-        rows_of = (packed.manifest.get("leading_dims") or {}).get("rows") or [0]
+        verdict = packed.manifest.get("leading_dims") or {}
+        rows_of, nd = verdict.get("rows") or [0], bool(verdict.get("flatten"))
         base: dict[str, Callable[..., Any]] = {"eager": spec.reference}
         if not args.no_compile:
             base["compile"] = torch.compile(spec.reference)
@@ -249,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         for shape, dtype in todo:
             gen = torch.Generator("cuda").manual_seed(hash(shape) % 2**31)
             inputs = tuple(spec.make_inputs(shape, dtype, torch.device("cuda"), gen))
-            for form, fin in (list(forms(inputs, rows_of).items()) + [("out", inputs)]):
+            for form, fin in (list(forms(inputs, rows_of, nd).items()) + [("out", inputs)]):
                 use_out = form == "out"
                 verdict = check(packed, spec.reference, fin, use_out)
                 if use_out:
