@@ -132,3 +132,20 @@ def test_probe_says_which_references_take_leading_dims_as_rows() -> None:
     add = leading.probe(lambda a, r, w: F.rms_norm(a + r, (10,), w),
                         (torch.randn(6, 10), torch.randn(6, 10), torch.randn(10)))
     assert add["flatten"] and add["rows"] == [0, 1]
+
+
+def test_inputs_the_launcher_refuses_run_the_reference_with_its_reason(tmp_path: Path) -> None:
+    """A launcher that refuses a form with every config (the flat elementwise kernel and a
+    strided view, seen on the H200) leaves the call to the reference, said once: no exception
+    reaches the caller."""
+    op = load_pack(_pack(tmp_path, leading_dims=_probe()), device="cpu")
+    module = op._module(op.manifest["entries"][0]["buckets"][0]["file"], True)
+
+    def refuse(*inputs: Any, out: Any = None, config: Any = None) -> Any:
+        raise ValueError("the kernel needs contiguous tensors")
+
+    module.launch = refuse
+    x, w = torch.randn(3, 256), torch.randn(256)
+    with pytest.warns(PackFallbackWarning, match="needs contiguous tensors"):
+        got = op(x, w)
+    torch.testing.assert_close(got, _rmsnorm(x, w))
