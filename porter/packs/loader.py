@@ -613,6 +613,8 @@ class _Reference:
         self.why = why
 
     def __call__(self, inputs: tuple[Any, ...], out: Any) -> Any:
+        if out is None:  # one frame less: this runner's cost is all on top of eager's
+            return self.module.reference(*inputs)
         return self.module.launch(*inputs, out=out)
 
 
