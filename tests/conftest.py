@@ -13,6 +13,11 @@ import pytest
 # install target).
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")
+# Packs loaded by tests read (and GPU tests write) a tuning cache of their own, never the user's.
+if "PORTER_TUNING_CACHE" not in os.environ:
+    import tempfile
+
+    os.environ["PORTER_TUNING_CACHE"] = tempfile.mkdtemp(prefix="porter_tuning_tests_")
 
 
 def _cuda_visible() -> bool:

@@ -98,3 +98,105 @@ def verify(pack_dir: str, expect: str | None) -> None:
     click.echo(f"TAMPERED: {report.path}: {len(report.problems)} problem(s); do not load this "
                f"pack (manifest sha256 {report.manifest_sha256})")
     raise SystemExit(1)
+
+
+def _shapes(text: str) -> list[tuple[int, ...]]:
+    """"4096x3000,8192x1000" -> [(4096, 3000), (8192, 1000)]; bad input is one line, exit 2."""
+    out = []
+    for part in text.split(","):
+        dims = part.strip().lower().split("x")
+        if not part.strip() or not all(d.strip().isdigit() for d in dims):
+            raise click.BadParameter(f"{part.strip()!r} is not a shape like 4096x3000",
+                                     param_hint="--shapes")
+        out.append(tuple(int(d) for d in dims))
+    return out
+
+
+def _load(pack_dir: str, cache: str | None, device: str | None = None):  # noqa: ANN202
+    from porter.packs.format import PackError
+    from porter.packs.loader import load_pack
+
+    try:
+        return load_pack(pack_dir, device=device, tuning_cache=cache)
+    except PackError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from exc
+
+
+@pack.command("tune")
+@click.argument("pack_dir", metavar="PACK", type=click.Path(file_okay=False))
+@click.option("--shapes", required=True, help="Shapes to tune, in the spec's terms: "
+              "4096x3000,8192x1000 (rows x width for a row-wise op).")
+@click.option("--dtypes", default=None, help="bf16,fp16,fp32; default: every dtype the "
+              "device's entry has buckets of.")
+@click.option("--cache", default=None, type=click.Path(file_okay=False),
+              help="Tuning cache folder (default PORTER_TUNING_CACHE, else the user's cache).")
+@click.option("--max-candidates", default=8, show_default=True, type=click.IntRange(1, 64))
+@click.option("--budget-s", default=2.0, show_default=True, type=click.FloatRange(0.0),
+              help="Seconds per shape after the first candidate compiles.")
+def tune(pack_dir: str, shapes: str, dtypes: str | None, cache: str | None,
+         max_candidates: int, budget_s: float) -> None:
+    """Tune shapes PACK was not ported for on this GPU, and keep them in the tuning cache."""
+    from porter.packs.tuning import TuningError
+
+    wanted = _shapes(shapes)
+    names = [d.strip() for d in dtypes.split(",")] if dtypes else None
+    op = _load(pack_dir, cache)
+    try:
+        done = op.tune(wanted, names, max_candidates=max_candidates, budget_s=budget_s,
+                       progress=lambda line: click.echo(f"  {line}"))
+    except TuningError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from exc
+    for t in done:
+        runs = f"kernel {t.config}" if t.runs == "kernel" else "the reference (eager faster)"
+        click.echo(f"{'x'.join(map(str, t.shape))}/{t.dtype}: {runs}; {t.describe()}")
+    assert op.tuning is not None
+    click.echo(f"kept in {op.tuning.path}")
+
+
+@pack.group("cache")
+def cache_group() -> None:
+    """Carry a pack's tuning cache to other machines of the same kind."""
+
+
+@cache_group.command("export")
+@click.argument("pack_dir", metavar="PACK", type=click.Path(file_okay=False))
+@click.option("--to", "to", required=True, type=click.Path(dir_okay=False))
+@click.option("--device", default=None, help="The device the cache is for (default detected).")
+@click.option("--cache", default=None, type=click.Path(file_okay=False))
+def cache_export(pack_dir: str, to: str, device: str | None, cache: str | None) -> None:
+    """Write PACK's tuned shapes for this device (its verified entries) to one file."""
+    op = _load(pack_dir, cache, device)
+    if op.tuning is None or not op.tuning.path.exists():
+        click.echo(f"error: no tuning cache for this pack on {device or 'this device'} "
+                   f"({op.tuning.path if op.tuning else 'no GPU detected: pass --device'})",
+                   err=True)
+        raise SystemExit(2)
+    n = op.tuning.export(to)
+    click.echo(f"wrote {n} tuned shape(s) of {op.op} on {op.tuning.device} to {to}")
+
+
+@cache_group.command("import")
+@click.argument("pack_dir", metavar="PACK", type=click.Path(file_okay=False))
+@click.argument("file", type=click.Path(dir_okay=False, exists=True))
+@click.option("--device", default=None, help="The device the cache is for (default detected).")
+@click.option("--cache", default=None, type=click.Path(file_okay=False))
+def cache_import(pack_dir: str, file: str, device: str | None, cache: str | None) -> None:
+    """Merge an exported file's tuned shapes into this machine's cache (each entry verified)."""
+    from porter.packs.tuning import TuningError
+
+    op = _load(pack_dir, cache, device)
+    if op.tuning is None:
+        click.echo("error: no GPU detected: pass --device NAME", err=True)
+        raise SystemExit(2)
+    try:
+        n, refused = op.tuning.import_(file)
+    except TuningError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from exc
+    for why in refused:
+        click.echo(f"refused: {why}", err=True)
+    click.echo(f"merged {n} tuned shape(s) into {op.tuning.path}")
+    if refused:
+        raise SystemExit(1)

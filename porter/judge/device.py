@@ -22,6 +22,7 @@ from porter.judge.common import Pending
 from porter.judge.common import device_check_key
 from porter.judge.common import record_verdict
 from porter.judge.interpreted import RefittingCandidate
+from porter.packs import bound
 from porter.planner import dtype_name
 from porter.verdicts import cfg_text
 from targets.tiers import Tier
@@ -114,32 +115,6 @@ def drop_slow(session: PortSession, hw: HardwareModel, bucket: str, dname: str,
                        why=f"one call took {ms:.4g} ms, over {SLOW_FACTOR:g}x the fastest of the "
                            f"candidates and eager PyTorch ({floor:.4g} ms): not timed further")
     return kept
-
-
-def call_times(kernel: Callable[..., Any], reference: Callable[..., Any],
-               args: tuple[Any, ...]) -> dict[str, Any]:
-    """The call times (harness.timing.call_time, microseconds) of the kernel as the pack's
-    loader calls it once bound (porter.packs.bound: two calls recorded, then the compiled
-    kernels launched directly) and of eager: "call_us", "cpu_us", "eager_call_us",
-    "eager_cpu_us", and "call_path" (how the kernel was called)."""
-    import torch
-
-    from harness.timing import call_time
-    from porter.packs import bound
-
-    plans = [bound.plan(bound.record(lambda: kernel(*args)), args, None) for _ in range(2)]
-    first, second = plans
-    if isinstance(first, str) or isinstance(second, str) or not bound.same(first, second):
-        why = next((x for x in plans if isinstance(x, str)), "two calls launched differently")
-        fn, path = (lambda: kernel(*args)), f"through the launcher ({why})"
-    else:
-        device = next(t for t in args if isinstance(t, torch.Tensor)).device
-        runner = bound.BoundCall(second, device)
-        fn, path = (lambda: runner(args, None)), "bound launch"
-    ours, eager = call_time(fn, ()), call_time(lambda: reference(*args), ())
-    return {"call_us": round(ours.call_us, 2), "cpu_us": round(ours.cpu_us, 2),
-            "eager_call_us": round(eager.call_us, 2), "eager_cpu_us": round(eager.cpu_us, 2),
-            "call_path": path}
 
 
 def form_configs(probe: Any, hw: HardwareModel, inputs: tuple[Any, ...], kept_form: str | None,
@@ -366,7 +341,7 @@ def device_bucket(session: PortSession, hw: HardwareModel, backend: TargetBacken
                       "speedup_vs_eager_p20_p80": [vs_eager[1], vs_eager[2]]})
     # the second time: what a Python caller sees calling the kernel back to back, as the pack's
     # loader calls it, beside eager's; the decision below takes the time that binds
-    p.numbers.update(call_times(cand, session.problem.reference, make_args()))
+    p.numbers.update(bound.call_times(cand, session.problem.reference, make_args()))
     forms = form_speedups(session, hw, at_shape, dtype, p.source, p.cand.config, make_args)
     if forms:
         p.numbers["form_speedups"] = forms

@@ -357,3 +357,26 @@ class BoundCall:
             return out
         results = [allocs[k] for k in plan.results]
         return tuple(results) if plan.tuple_result else results[0]
+
+
+def call_times(kernel: Callable[..., Any], reference: Callable[..., Any],
+               args: tuple[Any, ...]) -> dict[str, Any]:
+    """The call times (harness.timing.call_time, microseconds) of `kernel(*args)` as the pack's
+    loader calls it once bound (two calls recorded, then the compiled kernels launched
+    directly) and of eager `reference(*args)`: "call_us", "cpu_us", "eager_call_us",
+    "eager_cpu_us", and "call_path" (how the kernel was called). Needs a GPU."""
+    from harness.timing import call_time
+
+    plans = [plan(record(lambda: kernel(*args)), args, None) for _ in range(2)]
+    first, second = plans
+    if isinstance(first, str) or isinstance(second, str) or not same(first, second):
+        why = next((x for x in plans if isinstance(x, str)), "two calls launched differently")
+        fn, path = (lambda: kernel(*args)), f"through the launcher ({why})"
+    else:
+        device = next(t for t in args if isinstance(t, torch.Tensor)).device
+        runner = BoundCall(second, device)
+        fn, path = (lambda: runner(args, None)), "bound launch"
+    ours, eager = call_time(fn, ()), call_time(lambda: reference(*args), ())
+    return {"call_us": round(ours.call_us, 2), "cpu_us": round(ours.cpu_us, 2),
+            "eager_call_us": round(eager.call_us, 2), "eager_cpu_us": round(eager.cpu_us, 2),
+            "call_path": path}

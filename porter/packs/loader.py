@@ -47,6 +47,7 @@ import torch
 from porter.packs import bound
 from porter.packs import custom_op
 from porter.packs import leading
+from porter.packs import tuning
 from porter.packs.choice import Choice
 from porter.packs.choice import cpu_eligible
 from porter.packs.choice import pick_bucket
@@ -60,6 +61,7 @@ from porter.packs.modules import Verified
 from porter.packs.modules import ensure_interpreter_ready
 from porter.packs.modules import exec_verified
 from porter.packs.modules import pin_source
+from porter.packs.tuning import shape_key as shape_key_text
 from porter.packs.unseen import MARGIN_PER_OCTAVE  # noqa: F401 - importable from here as before
 from porter.packs.unseen import SAME_WIDTH_ROW_OCTAVES
 from porter.packs.unseen import derive_config
@@ -82,7 +84,8 @@ class PackedOp:
     """A packed op: call it like the reference; `describe()` says what would run."""
 
     def __init__(self, path: str | Path, *, device: str | None = None,
-                 expect_sha256: str | None = None) -> None:
+                 expect_sha256: str | None = None, tune: str | None = None,
+                 tuning_cache: str | Path | bool | None = None) -> None:
         """See `load_pack`."""
         # The whole pack is checked before anything runs, and every file is read here, once: a
         # tampered pack fails at load time naming the file, not in the middle of a model, and
@@ -106,7 +109,19 @@ class PackedOp:
         self._lock = threading.Lock()
         self._gpu_target, self._detect_reason = self._resolve_device(device)
         self._cpu_target = device if device and self._entry(device) is not None else None
+        self._reference_module: ModuleType | None = None
+        self._spec: Any = None  # a KernelBench pack's spec (its inputs, for tuning)
         self.reference = self._load_reference()
+        if tune not in (None, "first-call"):
+            raise ValueError(f"tune={tune!r}: None (use what the tuning cache holds) or "
+                             "'first-call' (tune a shape with no bucket on its first call)")
+        self._tune_mode = tune
+        # shapes tuned on this device (porter.packs.tuning); False: none read or written
+        self.tuning: tuning.TuningCache | None = None
+        if self._gpu_target is not None and tuning_cache is not False:
+            self.tuning = tuning.TuningCache(
+                None if tuning_cache in (None, True) else tuning_cache,  # type: ignore[arg-type]
+                self.manifest_sha256, self._gpu_target, self.manifest["files"])
 
     # -- device and entry selection -------------------------------------------------------
     def _resolve_device(self, device: str | None) -> tuple[str | None, str]:
@@ -166,6 +181,10 @@ class PackedOp:
                 continue
             exact = next((x for x in entry["buckets"]
                           if x["dtype"] == dtype and x["bucket"] == bucket), None)
+            tuned = None if on_cpu or exact is not None or self.tuning is None else \
+                self.tuning.get(tuple(first.shape), dtype)
+            if tuned is not None:
+                return self._tuned_choice(target, entry, tuned, asked)
             same_width = None if exact else same_width_bucket(entry, bucket, dtype)
             b = exact or same_width or pick_bucket(entry, bucket, dtype)
             if b is None:
@@ -222,6 +241,109 @@ class PackedOp:
             return Choice(target, b, on_cpu, reason, config, basis, reference_why, evidence,
                           asked)
         return Choice(None, None, False, "; ".join(reasons), asked=asked)
+
+    def _tuned_choice(self, target: str, entry: dict[str, Any], tuned: tuning.Tuned,
+                      asked: str) -> Choice:
+        """What a shape tuned on this device runs (the tuning cache's entry)."""
+        assert self.tuning is not None
+        where = f"tuning cache {self.tuning.path}"
+        if tuned.runs == "reference":
+            b = next((x for x in entry["buckets"] if x["dtype"] == tuned.dtype),
+                     entry["buckets"][0])
+            return Choice(target, b, False, f"{target} entry, shape tuned on this device",
+                          None, where, reference_why=f"{tuned.describe()}: eager is faster",
+                          asked=asked)
+        b = next(x for x in entry["buckets"] if x["file"] == tuned.file)
+        return Choice(target, b, False, f"{target} entry, shape tuned on this device "
+                      f"({tuned.shape}/{tuned.dtype}); kernel file of {b['bucket']}/{b['dtype']}, "
+                      f"tier {b['tier']}", tuned.config, f"{tuned.describe()} ({where})",
+                      asked=asked)
+
+    def tune(self, shapes: list[tuple[int, ...]], dtypes: list[str] | None = None, *,
+             max_candidates: int = tuning.DEFAULT_MAX_CANDIDATES,
+             budget_s: float = tuning.DEFAULT_BUDGET_S,
+             progress: Any = None) -> list[tuning.Tuned]:
+        """Tune these shapes (the spec's shape terms: the first input's rows x width) on this
+        GPU and keep them in the tuning cache (porter.packs.tuning); returns the entries.
+
+        Raises:
+            TuningError: no GPU, no entry for it, a dtype the entry has no bucket of, or no
+                candidate passed its check at a shape.
+        """
+        import torch
+
+        if self._gpu_target is None or self.tuning is None or not torch.cuda.is_available():
+            raise tuning.TuningError(f"{self.op}: tuning runs on a GPU of the pack's targets: "
+                                     f"{self._detect_reason}")
+        entry = self._entry(self._gpu_target)
+        if entry is None:
+            raise tuning.TuningError(f"{self.op}: the pack has no entry for {self._gpu_target}")
+        names = dtypes or sorted({b["dtype"] for b in entry["buckets"]})
+        problem = self._problem()
+        hw = hw_model(self._gpu_target)
+        done = []
+        for shape in shapes:
+            for dname in names:
+                done.append(self._tune_one(entry, problem, hw, tuple(int(d) for d in shape),
+                                           dname, max_candidates, budget_s, progress))
+        return done
+
+    def _tune_one(self, entry: dict[str, Any], problem: Any, hw: Any, shape: tuple[int, ...],
+                  dname: str, max_candidates: int, budget_s: float, progress: Any
+                  ) -> tuning.Tuned:
+        import torch
+
+        from harness import env_info
+        from targets.dtypes import torch_dtype
+
+        assert self.tuning is not None and self._gpu_target is not None
+        dtype = torch_dtype(dname)
+        same = [b for b in entry["buckets"] if b["dtype"] == dname]
+        if not same:
+            raise tuning.TuningError(f"{self.op}: the {self._gpu_target} entry has no {dname} "
+                                     "bucket to tune from")
+        example = tuple(problem.make_inputs(shape, dtype, torch.device("meta"),
+                                            torch.Generator()))
+        bucket = shape_bucket(example[0].shape) if example else ""
+        near = sorted(same, key=lambda b: bucket_distance(b["bucket"], bucket))
+        rule_file = next((b["file"] for b in near if not b["file"].endswith(".metal")), None)
+
+        def rules(rel: str, form: str | None) -> tuple[dict[str, Any] | None, str]:
+            return derive_config(self._probe_module(rel), hw, example, form=form)
+
+        cands = tuning.candidates(rules, [(b["file"], b.get("config") or {}, b["bucket"])
+                                          for b in near[:3]], rule_file, dname, max_candidates)
+        say = progress or (lambda line: log.info("%s", line))
+        say(f"{self.op} {shape_key_text(shape, dname)} on {self._gpu_target}: "
+            f"{len(cands)} candidate(s), budget {budget_s:g} s")
+        won, numbers = tuning.tune_shape(problem, self.reference, shape, dtype, cands,
+                                         lambda rel: self._module(rel, False), hw=hw,
+                                         budget_s=budget_s, progress=say)
+        tuned = tuning.Tuned(
+            shape, dname, "kernel" if won else "reference", won.file if won else None,
+            self.manifest["files"][won.file] if won else None, won.config if won else None,
+            numbers, tuning.now(),
+            {k: v for k, v in env_info.versions().items() if k in ("torch", "triton")})
+        self.tuning.put(tuned)
+        self._fast.clear()  # calls resolved before are chosen again, with the tuned entry
+        return tuned
+
+    def _problem(self) -> Any:
+        """The op as the judge needs it (reference and input maker), from the pack's
+        reference file: a spec's own `make_inputs`, or a KernelBench file's inputs."""
+        if self._spec is not None:
+            return self._spec.problem()
+        module = self._reference_module
+        maker = getattr(module, "make_inputs", None)
+        if not callable(maker):
+            raise tuning.TuningError(f"{self.path / 'reference.py'} has no make_inputs, so the "
+                                     "tuner has no inputs to check and time candidates on")
+        from harness.problem import Problem
+
+        return Problem(name=self.op, reference=self.reference, make_inputs=maker,
+                       smoke_shape=(1,), sweep_shapes=((1,),),
+                       bytes_moved=getattr(module, "BYTES", None),
+                       flops=getattr(module, "FLOPS", None))
 
     def _nearest_with_rules(self, target: str, entry: dict[str, Any], skip: dict[str, Any],
                             bucket: str, inputs: tuple[Any, ...], dtype: str
@@ -358,6 +480,9 @@ class PackedOp:
             self._warn_once(merged)
             return self._file(key, _Reference(self.reference, merged))(inputs, out)
         choice = self.choose(*inputs)
+        if (self._tune_mode == "first-call" and choice.unseen and not choice.interpret
+                and choice.target == self._gpu_target and "tuned" not in choice.reason):
+            choice = self._tune_first_call(choice, merged, inputs)
         if choice.bucket is None:
             self._warn_once(choice.reason)
             return ReferenceModule(self.reference).launch(*inputs, out=out)
@@ -405,6 +530,20 @@ class PackedOp:
         if not choice.interpret:
             self._file(key, _Kernel(self, key, self._module(choice.bucket["file"], False), config))
         return result
+
+    def _tune_first_call(self, choice: Choice, merged: leading.Merged | None,
+                         inputs: tuple[Any, ...]) -> Choice:
+        """load_pack(tune="first-call"): tune the shape now (bounded: porter.packs.tuning) and
+        choose again; where it cannot be tuned, the choice stands, said once."""
+        args = merged.inputs if merged is not None else inputs
+        first = next(t for t in args if isinstance(t, torch.Tensor))
+        try:
+            self.tune([tuple(first.shape)], [dtype_name(first.dtype)])
+        except tuning.TuningError as exc:
+            self._log_once(f"tune:{choice.asked}", "%s: could not tune %s: %s; %s", self.op,
+                           choice.asked, exc, choice.reason)
+            return choice
+        return self.choose(*inputs)
 
     def _merged(self, inputs: tuple[Any, ...], out: Any) -> leading.Merged | str | None:
         """The call with its extra leading dims merged into rows (porter.packs.leading)."""
@@ -546,6 +685,7 @@ class PackedOp:
             if not callable(getattr(module, function, None)):
                 raise PackError(f"{self.path / ref['file']}: no function {function!r}, which the "
                                 "manifest's reference.function names")
+            self._reference_module = module
             return getattr(module, function)
         from porter.spec import load_spec
 
@@ -554,7 +694,8 @@ class PackedOp:
         with tempfile.TemporaryDirectory(prefix="porter_pack_ref_") as tmp:
             copy = Path(tmp) / Path(ref["file"]).name
             copy.write_bytes(data)
-            return load_spec(copy).reference
+            self._spec = load_spec(copy)
+            return self._spec.reference
 
     def _warn_once(self, reason: str) -> None:
         if reason in self._warned:
@@ -681,7 +822,8 @@ class _Kernel:
 
 def load_pack(
     path: str | Path, *, device: str | None = None, register_custom_op: bool = False,
-    expect_sha256: str | None = None,
+    expect_sha256: str | None = None, tune: str | None = None,
+    tuning_cache: str | Path | bool | None = None,
 ) -> PackedOp:
     """Load a pack written by `porter port` and return a callable that runs the right kernel.
 
@@ -697,6 +839,12 @@ def load_pack(
             torch.compile); the returned object's `.custom_op` holds it.
         expect_sha256: the sha256 the pack's manifest.yaml must have (`porter pack show` prints
             it); None checks the files against the manifest only.
+        tune: None uses what the tuning cache holds for shapes no bucket was ported for, and
+            never stalls a call; "first-call" tunes such a shape on its first call on a GPU (at
+            most 8 candidates, about 2 s after the first compiles; porter.packs.tuning) and keeps
+            it in the cache.
+        tuning_cache: the cache folder (default `PORTER_TUNING_CACHE`, else the user's cache
+            folder); False reads and writes none.
 
     Returns:
         A `PackedOp`: `op(*inputs)` or `op(*inputs, out=out)`; `op.describe(*inputs)`.
@@ -707,7 +855,8 @@ def load_pack(
             manifest hash or is missing, a manifest path leads outside the pack
             (`PackPathError`), or the manifest is not the one `expect_sha256` pins.
     """
-    packed = PackedOp(path, device=device, expect_sha256=expect_sha256)
+    packed = PackedOp(path, device=device, expect_sha256=expect_sha256, tune=tune,
+                      tuning_cache=tuning_cache)
     if register_custom_op:
         packed.register_custom_op()
     return packed

@@ -77,3 +77,18 @@ def test_the_bound_launch_is_what_runs_and_stays_right(packed) -> None:
         _close(packed(x, w), _ref(x, w))
     custom = packed.register_custom_op()
     _close(custom(x, w), _ref(x, w))
+
+
+def test_a_tuned_shape_is_kept_and_run(packed, tmp_path: Path) -> None:
+    from porter.packs.loader import load_pack
+
+    tuner = load_pack(packed.path, tuning_cache=tmp_path)
+    (tuned,) = tuner.tune([(300, 3000)], ["bf16"])
+    again = load_pack(packed.path, tuning_cache=tmp_path)
+    x = torch.randn(300, 3000, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(3000, device="cuda", dtype=torch.bfloat16)
+    said = again.describe(x, w)
+    assert "tuned on this device" in said, said
+    for _ in range(3):
+        _close(again(x, w), _ref(x, w))
+    assert tuned.runs in ("kernel", "reference") and tuned.numbers["tried"] >= 1
