@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from typing import Any
 
 from porter.errors import PorterError
+from porter.verdicts import crash_message
 
 if TYPE_CHECKING:
     import torch
@@ -218,7 +219,7 @@ class _Worker:
                     tail = self._stderr_tail()
                     self._stop()
                     return {"passed": False, "tolerances": "",
-                            "message": f"emulated check crashed (exit {code}): {tail}"}
+                            "message": crash_message("emulated check", code, tail)}
                 if line.startswith(_RESULT):
                     return json.loads(line[len(_RESULT):])
 

@@ -3,6 +3,7 @@ in one line. What the port prints and what the Debugger classifies by."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import TYPE_CHECKING
 from typing import Any
@@ -128,3 +129,15 @@ def brief_reason(reason: str) -> str:
 def clip(text: str, limit: int = 70) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def crash_message(what: str, code: int, tail: str) -> str:
+    """"<what> crashed (exit -11, SIGSEGV): <its last lines>", never with nothing after the
+    colon: a child that died silently is said to have."""
+    import signal
+
+    name = ""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            name = f", {signal.Signals(-code).name}"
+    return f"{what} crashed (exit {code}{name}): {tail.strip() or 'it printed nothing'}"

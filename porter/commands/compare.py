@@ -37,11 +37,16 @@ def compare_cmd(op: str, devices: str | None, fleet_path: str | None, store_path
                 report_dir: str | None) -> None:
     """Compare OP (an op name or a pack folder) across devices."""
     import hwmodels
+    from harness.store import StoreError
     from porter import compare as cmp
     from porter import compare_report as rep
     from porter.errors import PorterError
     from porter.fleet import load_fleet
 
+    if report_dir and not rep.chart_available():
+        # the report's chart is its point: say so before any work, not after writing the rest
+        fail(f"--report needs matplotlib ({rep.CHART_EXTRA}) for its chart")
+        return
     try:
         fleet = load_fleet(fleet_path) if fleet_path else None
         if devices:
@@ -56,6 +61,9 @@ def compare_cmd(op: str, devices: str | None, fleet_path: str | None, store_path
         kwargs = {} if validation_path is None else {"validation_path": validation_path}
         c = cmp.compare(op, names, store_path=store_path, packs_dir=packs_dir, shapes=shapes,
                         dtype=dtype, fleet=fleet, **kwargs)
+    except StoreError as exc:
+        fail(f"--store: {exc}")
+        return
     except (PorterError, hwmodels.HardwareModelError) as exc:
         fail(str(exc).splitlines()[0] if isinstance(exc, hwmodels.UnknownDeviceError)
              else str(exc))

@@ -138,6 +138,12 @@ def _run(
 
     constexpr_texts = _parse_pairs(constexpr_pairs, "--constexpr")
     constexprs = {k: parse_constexpr_value(v) for k, v in constexpr_texts.items()}
+    for k, v in constexprs.items():
+        # a block size is an integer: "abc" is bad input, not a kernel that failed to compile
+        if k.upper().startswith("BLOCK") and (isinstance(v, bool) or not isinstance(v, int)):
+            click.echo(f"error: --constexpr {k}={constexpr_texts[k]}: a block size must be an "
+                       "integer", err=True)
+            return ExitCode.BAD_INPUT
     knobs = {k: parse_constexpr_value(v) for k, v in _parse_pairs(knob_pairs, "--knob").items()}
     arg_types = _parse_pairs(arg_type_pairs, "--arg-type")
     try:

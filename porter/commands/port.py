@@ -81,6 +81,7 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
             replace_pack=replace))
     from tabulate import tabulate
 
+    from harness.store import StoreError
     from porter.errors import PorterError
     from porter.port import DEFAULT_RUNS_DIR
     from porter.port import new_run_id
@@ -104,6 +105,9 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
                       progress=lambda line: click.echo(line), exhaustive=exhaustive,
                       time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
                       replace_pack=replace, allow_generated=allow_generated)
+    except StoreError as exc:  # a --store file that is not a results store
+        click.echo(f"error: --store: {exc}", err=True)
+        sys.exit(2)
     except PorterError as exc:
         hint = ("; --agent claude asks Claude to write it (docs/LLM.md)"
                 if "no code-generation template covers" in str(exc) and agent != "claude" else "")

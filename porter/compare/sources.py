@@ -45,9 +45,10 @@ def resolve_op(op_or_pack: str, packs_dir: Path = DEFAULT_PACKS) -> tuple[str, P
 
 def gather(op: str, pack_dir: Path | None, store: ResultsStore | None,
            devices: Sequence[str]) -> Sources:
-    from porter.packs.verify import read_manifest
+    from porter.packs.verify import read_verified_pack
 
-    manifest = read_manifest(pack_dir) if pack_dir is not None else None
+    # verified as load_pack verifies it: a tampered pack's numbers are evidence of nothing
+    manifest = read_verified_pack(pack_dir).manifest if pack_dir is not None else None
     measured: dict[str, dict[Key, Record]] = {}
     eager: dict[str, dict[Key, float]] = {}
     copies: dict[str, list[tuple[float, float]]] = {}

@@ -79,3 +79,4 @@ def device_check_key(p: Pending, dname: str) -> str:
 
     launch = {k: v for k, v in p.cand.config.items() if k in LAUNCH_KNOBS}
     return f"{check_key(p)}|{config_key(launch)}|{dname}"
+

@@ -19,6 +19,7 @@ from porter.judge.common import record_verdict
 from porter.ledger import source_hash
 from porter.planner import dtype_name
 from porter.verdicts import cfg_text
+from porter.verdicts import crash_message
 from targets.tiers import Tier
 
 if TYPE_CHECKING:
@@ -110,8 +111,8 @@ def interpreted_check(spec_path: Path, source: str, config: dict[str, Any], hw_n
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         return {"passed": False, "tolerances": "",
-                "message": f"interpreted check crashed (exit {proc.returncode}): "
-                           + " | ".join(tail)}
+                "message": crash_message("interpreted check", proc.returncode,
+                                         " | ".join(tail))}
     res = json.loads(lines[-1])
     if res.get("problem"):
         raise PortError(f"{spec_path}: the spec's own code failed while its kernel was judged "

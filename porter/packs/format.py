@@ -32,9 +32,11 @@ missing entry. `manifest_sha256` pins the manifest itself (and through it every 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
+from collections.abc import Iterator
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -183,3 +185,17 @@ SUMMARY_HEADERS = ("target", "backend", "arch", "tier", "bucket", "dtype", "conf
 
 def _config_text(config: dict[str, Any]) -> str:
     return " ".join(f"{k}={v}" for k, v in config.items()) or "-"
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if missing) across processes, held for the block:
+    the pack writer's read-merge-swap and the tuning cache's writes take it (POSIX flock)."""
+    import fcntl
+
+    with open(path, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)

@@ -21,7 +21,6 @@ the file to other machines of the same kind.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import hashlib
 import json
@@ -30,12 +29,13 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
-from collections.abc import Iterator
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from porter.packs.format import file_lock
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,7 @@ class TuningCache:
 
     def _merge(self, new: dict[str, dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with _locked(self.path.with_suffix(".lock")):
+        with file_lock(self.path.with_suffix(".lock")):
             data = self._read(self.path)
             entries = dict(data.get("entries") or {})
             entries.update(new)
@@ -215,18 +215,6 @@ class TuningCache:
         if good:
             self._merge(good)
         return len(good), refused
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    import fcntl
-
-    with open(path, "a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

@@ -102,7 +102,34 @@ def parse_manifest(path: Path, data: bytes) -> dict[str, Any]:
                 isinstance(b, dict) and isinstance(b.get("file"), str) for b in buckets):
             raise PackError(f"{path}: entries[{i}].buckets: expected a list of buckets, each "
                             "with a file")
+        for j, b in enumerate(buckets):
+            if (why := config_problem(b.get("config"))) is not None:
+                raise PackError(f"{path}: entries[{i}].buckets[{j}].config: {why}")
     return manifest
+
+
+# Config knobs a launcher does arithmetic with: an int there and nowhere else (`BLOCK_N: "lots"`
+# passed every check and failed inside the launcher with a bare TypeError, issue 48).
+INT_KNOBS = frozenset({"num_warps", "num_stages", "maxnreg", "waves_per_eu",
+                       "matrix_instr_nonkdim", "ROWS", "SPLIT", "PROGRAMS_PER_SM", "LANES",
+                       "GROUP_M", "RESIDENT_BYTES", "VEC", "STAGES"})
+
+
+def config_problem(config: Any) -> str | None:
+    """Why a bucket's config cannot be a launcher's (a key of the wrong type), or None."""
+    if config is None:
+        return None
+    if not isinstance(config, dict):
+        return f"expected a mapping of knob -> value, got {type(config).__name__}"
+    for key, value in config.items():
+        if not isinstance(key, str):
+            return f"knob {key!r}: expected a name"
+        if value is not None and not isinstance(value, (bool, int, float, str)):
+            return f"{key}: expected a number, a flag or a name, got {type(value).__name__}"
+        if (key in INT_KNOBS or key.startswith("BLOCK_")) and (
+                isinstance(value, bool) or not isinstance(value, int)):
+            return f"{key}: expected an integer, got {value!r}"
+    return None
 
 
 def manifest_paths(manifest: dict[str, Any]) -> list[tuple[str, str]]:

@@ -22,6 +22,7 @@ from porter.packs.format import REFERENCE
 from porter.packs.format import PackError
 from porter.packs.format import PackIntegrityError
 from porter.packs.format import entry_files
+from porter.packs.format import file_lock
 from porter.packs.format import sha256_bytes
 from porter.packs.format import sha256_file
 from porter.packs.format import tier_rank
@@ -90,6 +91,14 @@ def write_pack(result: PortResult, out_dir: str | Path, *, replace: bool = False
     """
     check_out_dir(out_dir)
     root = Path(out_dir) / result.op
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    # Two ports writing into one pack read, merge and swap in turn: without the lock the later
+    # swap could drop the earlier one's entry (a lost update)
+    with file_lock(root.with_name(f".{root.name}.lock")):
+        return _write_locked(result, root, replace)
+
+
+def _write_locked(result: PortResult, root: Path, replace: bool) -> WrittenPack:
     old = _existing_pack(root, result, replace=replace)
     created = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     provenance = {"created": created, "run_dir": str(result.run_dir),

@@ -132,8 +132,9 @@ class KernelBenchProblem:
                 with torch.device(device):
                     raw = list(mod.get_inputs())
         except Exception as exc:  # noqa: BLE001
-            raise SpecError(self.path, f"get_inputs() failed at {self.describe(shape)}: "
-                            f"{type(exc).__name__}: {exc}") from None
+            at = self.describe(shape) or "x".join(map(str, shape)) or "its own sizes"
+            raise SpecError(self.path, f"get_inputs() failed at {at}: "
+                            f"{type(exc).__name__}: {exc or 'no message'}") from None
         inputs = [cast(x, dtype, device) for x in raw]
         params = [cast(t.detach(), dtype, device) for _, t in self.lifted(shape)]
         self.n_inputs = len(inputs)

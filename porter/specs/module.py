@@ -52,7 +52,7 @@ def _shape_list(p: Path, module: ModuleType, attr: str, required: bool) -> tuple
             raise SpecError(p, f"no {attr}", f"define {attr} = [(4096, 4096), ...]")
         return ()
     try:
-        shapes = tuple(tuple(int(d) for d in s) for s in value)
+        shapes = tuple(tuple(_size(d) for d in s) for s in value)
     except (TypeError, ValueError):
         raise SpecError(p, f"{attr} must be a list of tuples of ints, got {value!r}") from None
     if required and not shapes:
@@ -61,6 +61,14 @@ def _shape_list(p: Path, module: ModuleType, attr: str, required: bool) -> tuple
         if any(d <= 0 for d in s):
             raise SpecError(p, f"{attr}: every size must be positive, got {s}")
     return shapes
+
+
+def _size(d: Any) -> int:
+    """A size as written: an int (numpy's too), never a float or bool cut to one (4096.5 was
+    ported as 4096)."""
+    if isinstance(d, bool) or not hasattr(d, "__index__"):
+        raise TypeError(f"{d!r} is not an int")
+    return int(d.__index__())
 
 
 def _callable(p: Path, module: ModuleType, attr: str, required: bool) -> Callable[..., Any] | None:

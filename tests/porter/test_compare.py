@@ -232,7 +232,12 @@ def test_cli_table_csv_json_and_report(store, tmp_path, monkeypatch):
     (tmp_path / "f.yaml").write_text("devices:\n  - {model: h100, count: 4, hourly_price: 3}\n"
                                      "  - {model: mi300x, count: 2, hourly_price: 2}\n")
     monkeypatch.setattr(rep, "chart_available", lambda: False)
-    result = CliRunner().invoke(main, args)
+    # --report without matplotlib: the report's chart cannot be made, so one line, exit 2,
+    # before any work (issue 48: it wrote no chart and exited 0)
+    refused = CliRunner().invoke(main, args)
+    assert refused.exit_code == 2 and len(refused.output.strip().splitlines()) == 1
+    assert "--report needs matplotlib (pip install kernel-porter[compare])" in refused.output
+    result = CliRunner().invoke(main, [a for a in args if a not in ("--report", str(out))])
     assert result.exit_code == 0, result.output
     assert "portability score (toyop)" in result.output
     assert "±12% unvalidated" in result.output  # mi300x: 4% x 3
@@ -240,6 +245,10 @@ def test_cli_table_csv_json_and_report(store, tmp_path, monkeypatch):
     assert "chart: needs matplotlib (pip install kernel-porter[compare])" in result.output
     data = json.loads((tmp_path / "c.json").read_text())
     assert {r["device"] for r in data["rows"]} == {"h100", "h200", "mi300x"}
+    # the report written without a chart (as code may still ask for one) says so in its page
+    c = cmp.compare(OP, ["h100", "h200", "mi300x"], store_path=store, packs_dir=tmp_path,
+                    validation_path=exp)
+    rep.write_report(c, out)
     html = (out / f"{OP}-compare.html").read_text()
     assert "No chart" in html and "<table>" in html
     csv_out = CliRunner().invoke(main, ["compare", OP, "--devices", "h100", "--store",
@@ -280,16 +289,24 @@ def test_cli_bad_input_exits_2_with_one_line(store, tmp_path, args, message):
 def test_a_pack_folder_gives_tiers_and_first_principles_numbers(store, tmp_path):
     """OP as a pack folder: a device with no measurement anywhere falls back to the pack's own
     projected numbers, with its tier, never faster than the datasheet speed of light."""
+    import hashlib
+
     import yaml
 
     pack = tmp_path / "packs" / OP
-    pack.mkdir(parents=True)
+    (pack / "apple" / "m4").mkdir(parents=True)
+    # an intact pack: compare verifies it as load_pack does
+    files = {"reference.py": b"def reference(x):\n    return x\n",
+             "apple/m4/k.metal": b"kernel void k() {}\n"}
+    for rel, data in files.items():
+        (pack / rel).write_bytes(data)
     bucket = {"bucket": "4096x4096", "dtype": "bf16", "shape": [4096, 4096],
               "config": {"BLOCK": 2048}, "file": "apple/m4/k.metal", "tier": "emitted",
               "numbers": {"time_ms": 1e-3, "label": "projected", "bytes_moved": 67e6,
                           "flops": 0}}
     (pack / "manifest.yaml").write_text(yaml.safe_dump({
-        "format": "kernel-porter-pack/1", "op": OP, "files": {}, "reference":
+        "format": "kernel-porter-pack/1", "op": OP,
+        "files": {k: hashlib.sha256(v).hexdigest() for k, v in files.items()}, "reference":
         {"file": "reference.py"}, "entries": [{"target": "m4", "tier": "emitted",
                                                "buckets": [bucket]}]}))
     c = cmp.compare(str(pack), ["h100", "m4"], store_path=store,
@@ -302,3 +319,25 @@ def test_a_pack_folder_gives_tiers_and_first_principles_numbers(store, tmp_path)
     assert c.row("h100", ((4096, 4096), "bf16")).source.startswith("first-principles")
     # Where the H100 measured the shape, the M4 row starts from that measurement instead.
     assert c.row("m4", ((16384, 16384), "bf16")).calibration == "h100"
+
+
+def test_a_tampered_pack_is_refused_not_compared(tmp_path):
+    """compare verifies a pack as load_pack does: a tampered pack's numbers are never printed,
+    one line and exit 2 (issue 48)."""
+    from tests.porter.test_pack_helpers import make_pack
+
+    pack = make_pack(tmp_path)
+    victim = next((pack / "nvidia" / "h100").glob("*.py"))
+    victim.write_text(victim.read_text() + "\n# changed\n")
+    result = CliRunner().invoke(main, ["compare", str(pack), "--devices", "h100,h200"])
+    assert result.exit_code == 2 and victim.name in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_a_garbage_store_is_one_line(tmp_path):
+    bad = tmp_path / "store.sqlite"
+    bad.write_text("garbage")
+    result = CliRunner().invoke(main, ["compare", "rmsnorm", "--devices", "h100",
+                                       "--store", str(bad)])
+    assert result.exit_code == 2 and "not a usable results store" in result.output
+    assert len(result.output.strip().splitlines()) == 1

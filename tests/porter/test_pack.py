@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -172,7 +173,7 @@ def test_merge_refuses_a_tampered_pack(tmp_path: Path) -> None:
     with pytest.raises(PackIntegrityError, match=f"cannot merge.*{victim.name}.*--replace"):
         write_pack(port_result(tmp_path, ("h100",)), tmp_path / "packs")
     assert (pack / "manifest.yaml").read_bytes() == manifest_before  # nothing touched
-    assert not list((tmp_path / "packs").glob(".*"))  # no staging folder left behind
+    assert not list((tmp_path / "packs").glob(".*.writing-*"))  # no staging folder left behind
     write_pack(port_result(tmp_path, ("h100",)), tmp_path / "packs", replace=True)
     assert _targets(pack) == ["h100"]
 
@@ -300,3 +301,57 @@ def test_port_command_passes_replace(monkeypatch: pytest.MonkeyPatch, tmp_path: 
         CliRunner().invoke(port_cmd, [str(spec), "--targets", "h100", "--run-dir",
                                       str(tmp_path / "run"), *flags])
     assert seen == [False, True]
+
+
+def _write_rounds(result: Any, out_dir: str, rounds: int) -> None:
+    from porter.packs.writer import write_pack
+
+    for _ in range(rounds):
+        write_pack(result, out_dir)
+
+
+def test_two_writers_racing_keep_both_targets(tmp_path: Path) -> None:
+    """Two ports writing different targets into one pack at once: the writer's lock around
+    read-merge-swap keeps both entries every time (issue 48)."""
+    import multiprocessing
+
+    from porter.packs.verify import read_verified_pack
+    from tests.porter.test_pack_helpers import port_result
+
+    h100 = port_result(tmp_path, targets=("h100",), run="a")
+    amd = port_result(tmp_path, targets=("mi300x",), run="b")
+    out = tmp_path / "packs"
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_write_rounds, args=(r, str(out), 6)) for r in (h100, amd)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(180)
+        assert p.exitcode == 0
+    pack = read_verified_pack(out / "rmsnorm_t")
+    assert {e["target"] for e in pack.manifest["entries"]} == {"h100", "mi300x"}
+
+
+@pytest.mark.parametrize("bad", [{"BLOCK_N": "lots"}, {"num_warps": 4.0}, {"ROWS": True},
+                                 {"num_warps": [4]}])
+def test_a_config_value_of_the_wrong_type_is_refused_naming_the_field(tmp_path: Path,
+                                                                      bad: dict[str, Any]) -> None:
+    """BLOCK_N: "lots" passed verify, show and load_pack and failed at call time with a bare
+    TypeError (issue 48): the manifest check names the entry, bucket and knob."""
+    from porter.packs.loader import load_pack
+
+    pack = make_pack(tmp_path)
+    m = yaml.safe_load((pack / "manifest.yaml").read_text())
+    m["entries"][0]["buckets"][0]["config"].update(bad)
+    (pack / "manifest.yaml").write_text(yaml.safe_dump(m, sort_keys=False))
+    key = next(iter(bad))
+    with pytest.raises(PackError, match=rf"entries\[0\]\.buckets\[0\]\.config: {key}"):
+        load_pack(pack, device="h100")
+    r = CliRunner().invoke(_main(), ["pack", "show", str(pack)])
+    assert r.exit_code == 2 and key in r.output
+
+
+def _main():  # noqa: ANN202
+    from porter.cli import main
+
+    return main

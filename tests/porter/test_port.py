@@ -511,3 +511,17 @@ def test_capped_search_result_counts_what_it_left_out() -> None:
     three = _capped(sr, 3)
     assert [c.config["w"] for c in three.candidates] == [0, 1, 2] and three.capped == 4
     assert _capped(sr, None) is sr and _capped(sr, 8) is sr
+
+
+def test_port_cli_says_a_garbage_store_in_one_line(tmp_path: Path) -> None:
+    """A --store file that is not a results store gave a 35-line traceback (issue 48)."""
+    from porter.commands.port import port_cmd
+
+    spec = _small_spec(tmp_path)
+    bad = tmp_path / "store.sqlite"
+    bad.write_text("garbage")
+    res = CliRunner().invoke(port_cmd, [str(spec), "--targets", "h100", "--store", str(bad),
+                                        "--run-dir", str(tmp_path / "r")])
+    assert res.exit_code == 2 and "--store" in res.output and "not a usable results store" in \
+        res.output
+    assert "Traceback" not in res.output

@@ -120,3 +120,11 @@ def test_reference_that_fails_is_reported(tmp_path: Path) -> None:
     p = _write(tmp_path, GOOD.replace("return x * w", "return x @ w.reshape(3, -1)"))
     with pytest.raises(SpecError, match="reference failed on the smoke shape"):
         load_spec(p)
+
+
+@pytest.mark.parametrize("shapes", ["[(4096.5, 3)]", "[(True, 3)]", "[('4096', 3)]"])
+def test_a_size_that_is_not_an_int_is_refused(tmp_path: Path, shapes: str) -> None:
+    """SHAPES = [(4096.5, 3)] was cut to 4096 x 3 and ported (issue 48): refused, naming it."""
+    p = _write(tmp_path, GOOD.replace("SHAPES = [(4096, 4096)]", f"SHAPES = {shapes}"))
+    with pytest.raises(SpecError, match="SHAPES must be a list of tuples of ints"):
+        load_spec(p)

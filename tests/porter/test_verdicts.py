@@ -124,3 +124,13 @@ def test_a_raised_exception_is_summed_up_with_the_first_line_of_its_text(
             "dividing BLOCK_N 4096)") in text
     assert ("existing kernel x1: crashed (RuntimeError: CUDA error: an illegal memory access "
             "was encountered)") in text
+
+
+def test_a_crash_message_never_ends_at_its_colon() -> None:
+    """"crashed (exit -11):" with nothing after it (issue 48): the signal is named, and a child
+    that printed nothing is said to have."""
+    from porter.verdicts import crash_message
+
+    assert crash_message("interpreted check", -11, "") == (
+        "interpreted check crashed (exit -11, SIGSEGV): it printed nothing")
+    assert crash_message("emulated check", 1, " boom \n") == "emulated check crashed (exit 1): boom"

@@ -70,3 +70,10 @@ def test_unknown_knob_is_a_compile_error():
         KERNEL, "--targets", "h100", "--constexpr", "BLOCK_N=64", "--knob", "waves_per_eu=2"
     )
     assert result.exit_code == 1 and "unknown knob 'waves_per_eu' for triton-cuda" in result.output
+
+
+def test_a_block_size_that_is_not_an_integer_is_bad_input():
+    """--constexpr BLOCK_N=abc was reported as a compile failure (issue 48): bad input, exit 2."""
+    result = _run(KERNEL, "--targets", "h100", "--constexpr", "BLOCK_N=abc")
+    assert result.exit_code == 2 and "BLOCK_N=abc" in result.output
+    assert "must be an integer" in result.output
