@@ -16,6 +16,7 @@ from porter.packs.loader import PackFallbackWarning
 from porter.packs.loader import load_pack
 from porter.packs.verify import manifest_sha256
 from porter.packs.verify import read_manifest
+from tests.porter.test_pack_helpers import launches
 from tests.porter.test_pack_helpers import make_pack
 from tests.porter.test_pack_helpers import point_outside
 
@@ -75,11 +76,12 @@ def test_cpu_runs_interpreter_and_matches_reference(tmp_path: Path,
     op = load_pack(make_pack(tmp_path), device="cpu")
     x, w = _inputs((5, 200))
     assert "INTERPRETER" in op.describe(x, w)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), launches(op) as ran:
         warnings.simplefilter("error", PackFallbackWarning)  # a fallback here would be a bug
         with caplog.at_level(logging.WARNING, logger="porter.packs.loader"):
             y = op(x, w)
             op(x, w)
+    assert len(ran) == 2  # the kernel ran, not the (equally correct) reference
     torch.testing.assert_close(y, _ref(x, w), atol=1e-5, rtol=1e-5)
     interp_logs = [r for r in caplog.records if "INTERPRETER" in r.getMessage()]
     assert len(interp_logs) == 1

@@ -20,6 +20,7 @@ from porter.packs.writer import write_pack
 from porter.port import BucketChoice
 from porter.port import PortResult
 from porter.port import TargetResult
+from tests.porter.test_pack_helpers import launches
 
 REFERENCE = '''
 import torch
@@ -85,11 +86,12 @@ def test_every_form_gets_the_reference_shape_and_values(tmp_path: Path, form: st
     assert c.runs_kernel and c.interpret, c.reason  # the kernel runs, not the reference
     import warnings
 
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), launches(op) as ran:
         warnings.simplefilter("error", PackFallbackWarning)
         got = op(x, w)
         out = torch.full_like(_rmsnorm(x, w), float("nan"))
         into = op(x, w, out=out)
+    assert len(ran) == 2  # the kernel ran both calls, not the (equally right) reference
     want = _rmsnorm(x, w)
     assert got.shape == want.shape and got.dtype == want.dtype
     torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
