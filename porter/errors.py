@@ -44,3 +44,12 @@ class FleetError(PorterError):
 
 class PortError(PorterError):
     """The port cannot start: unknown target, or a spec/op the porter cannot handle."""
+
+
+class UserCodeError(PorterError):
+    """The user's own code (a spec's module, make_inputs, reference or launcher) crashed the
+    process or hung, as found in a child process before the port ran it in its own; the message
+    names the signal or the time limit, what was running, and the file and line. The CLI exits
+    with EXIT_CODE."""
+
+    EXIT_CODE = 4

@@ -56,6 +56,7 @@ from porter.results import TargetResult  # noqa: F401
 from porter.session import PortSession
 from porter.session import Progress
 from porter.session import input_kinds
+from porter.user_code import preflight
 from porter.verdicts import brief_reason  # noqa: F401
 from porter.verdicts import reject_kind  # noqa: F401
 
@@ -190,6 +191,8 @@ def port(
     device_deadline_s(deadline_s)
     if out_dir is not None:
         check_out_dir(out_dir)  # before any work, not after it
+    # the user's code first in a child: a crash or hang there is one line, not this process's
+    preflight(spec_path, [hwmodels.get(t).name for t in targets])
     with _captured_warnings(None) as early:  # loading runs the spec's reference once
         spec = load_spec(spec_path)
 

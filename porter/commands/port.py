@@ -83,6 +83,7 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
 
     from harness.store import StoreError
     from porter.errors import PorterError
+    from porter.errors import UserCodeError
     from porter.port import DEFAULT_RUNS_DIR
     from porter.port import new_run_id
     from porter.port import port
@@ -105,6 +106,9 @@ def port_cmd(spec: str | None, targets: str, out_dir: str, run_dir: str | None,
                       progress=lambda line: click.echo(line), exhaustive=exhaustive,
                       time_budget_s=time_budget_s, deadline_s=deadline_s, verbose=verbose,
                       replace_pack=replace, allow_generated=allow_generated)
+    except UserCodeError as exc:  # the user's code crashed or hung (in a child)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(UserCodeError.EXIT_CODE)
     except StoreError as exc:  # a --store file that is not a results store
         click.echo(f"error: --store: {exc}", err=True)
         sys.exit(2)
