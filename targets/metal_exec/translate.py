@@ -54,6 +54,58 @@ class TranslateError(ValueError):
     """Metal source the executor cannot take: names the construct and where."""
 
 
+# What the Metal Shading Language refuses (its specification, "C++14 features not supported")
+# though the C++ the executor compiles would take it: each is refused before translation, so a
+# kernel that passes here is not one Apple's compiler rejects for these (issue 48: an LLM's
+# kernel with a `double` or a recursive helper ran on the executor).
+REFUSED = (
+    (re.compile(r"\bdouble\b"), "double (Metal has no 64-bit floating point)"),
+    (re.compile(r"\bnew\b|\bdelete\b"), "new/delete (no dynamic allocation in Metal)"),
+    (re.compile(r"\bstd\s*::"), "std:: (the C++ standard library is not in Metal)"),
+    (re.compile(r"\b(?:malloc|calloc|realloc|free|printf|fprintf)\s*\("),
+     "a C library call (not in Metal)"),
+    (re.compile(r"\bvirtual\b"), "virtual functions (not in Metal)"),
+    (re.compile(r"\b(?:try|catch|throw)\b"), "exceptions (not in Metal)"),
+    (re.compile(r"\bgoto\b"), "goto (not in Metal)"),
+    (re.compile(r"\b(?:dynamic_cast|typeid)\b"), "RTTI (not in Metal)"),
+    (re.compile(r"\bthread_local\b"), "thread_local (not in Metal)"),
+)
+_FUNC_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\([^;{}()]*(?:\([^()]*\)[^;{}()]*)*\)\s*"
+                          r"(?:const\s*)?\{")
+_NOT_FUNCS = frozenset({"if", "for", "while", "switch", "return", "sizeof"})
+
+
+def refused(source: str) -> str | None:
+    """The first construct of `source` (comments stripped) that Metal refuses, with its line;
+    None when there is none."""
+    src = strip_comments(source)
+    for pattern, what in REFUSED:
+        m = pattern.search(src)
+        if m:
+            return f"line {src.count(chr(10), 0, m.start()) + 1}: {what}"
+    for m in _FUNC_DEF_RE.finditer(src):
+        name = m.group(1)
+        if name in _NOT_FUNCS:
+            continue
+        body_end = _matching_brace(src, m.end() - 1)
+        if re.search(rf"\b{re.escape(name)}\s*\(", src[m.end():body_end]):
+            line = src.count("\n", 0, m.start()) + 1
+            return f"line {line}: {name} calls itself (Metal has no recursion)"
+    return None
+
+
+def _matching_brace(text: str, open_at: int) -> int:
+    depth = 0
+    for i in range(open_at, len(text)):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return len(text)
+
+
 @dataclass(frozen=True)
 class Param:
     """One kernel parameter.
@@ -197,6 +249,8 @@ def translate(source: str, header: str = "metal_stdlib.h") -> Translation:
     src = strip_comments(source)
     if not _KERNEL_RE.search(src):
         raise TranslateError("no `kernel void NAME(...)` in the Metal source")
+    if (why := refused(src)) is not None:
+        raise TranslateError(f"Metal does not accept {why}")
     src = re.sub(r"#\s*include\s*<metal_stdlib>", f'#include "{header}"', src)
     src = re.sub(r"#\s*include\s*<metal_\w+>", "", src)
     kernels: list[KernelSig] = []

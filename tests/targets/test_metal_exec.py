@@ -460,3 +460,31 @@ def test_stack_overflow_is_named_not_silent(tmp_path) -> None:
                           env={**os.environ, "PYTHONPATH": str(root)})
     assert proc.returncode == -signal.SIGSEGV, proc.stderr[-2000:]
     assert "overflowed its 128 KiB stack" in proc.stderr
+
+
+_OK_BODY = ("kernel void k(device float* y [[buffer(0)]], "
+            "uint i [[thread_position_in_grid]]) {{ {} }}")
+
+
+@pytest.mark.parametrize(("code", "named"), [
+    ("double d = 1.0; y[i] = d;", "double"),
+    ("float* p = new float[4]; y[i] = p[0]; delete[] p;", "new/delete"),
+    ("y[i] = std::exp(1.0f);", "std::"),
+    ("printf(\"%d\", i);", "C library"),
+    ("try { y[i] = 1; } catch (...) {}", "exceptions"),
+    ("goto done; done: y[i] = 1;", "goto"),
+])
+def test_what_metal_refuses_is_refused_naming_it(code: str, named: str) -> None:
+    """The executor compiles C++, which takes all of these; Apple's compiler does not (issue
+    48): each is refused before translation, with its line."""
+    with pytest.raises(TranslateError, match=f"Metal does not accept line 1: .*{named}"):
+        translate(_OK_BODY.format(code))
+
+
+def test_recursion_is_refused_and_comments_do_not_count() -> None:
+    src = ("float f(float x) { return x < 1.0f ? x : f(x / 2.0f); }\n"
+           + _OK_BODY.format("y[i] = f(y[i]);"))
+    with pytest.raises(TranslateError, match="line 1: f calls itself"):
+        translate(src)
+    fine = "// double, new, std::exp in a comment\n" + _OK_BODY.format("y[i] = 2.0f * y[i];")
+    assert translate(fine).kernels[0].name == "k"
