@@ -87,23 +87,12 @@ def refused(source: str) -> str | None:
         name = m.group(1)
         if name in _NOT_FUNCS:
             continue
-        body_end = _matching_brace(src, m.end() - 1)
+        body_end = _matching(src, m.end() - 1, "{", "}")
+        body_end = len(src) if body_end < 0 else body_end
         if re.search(rf"\b{re.escape(name)}\s*\(", src[m.end():body_end]):
             line = src.count("\n", 0, m.start()) + 1
             return f"line {line}: {name} calls itself (Metal has no recursion)"
     return None
-
-
-def _matching_brace(text: str, open_at: int) -> int:
-    depth = 0
-    for i in range(open_at, len(text)):
-        if text[i] == "{":
-            depth += 1
-        elif text[i] == "}":
-            depth -= 1
-            if depth == 0:
-                return i
-    return len(text)
 
 
 @dataclass(frozen=True)
@@ -175,16 +164,24 @@ def _split_params(text: str) -> list[str]:
     return parts
 
 
-def _matching_paren(text: str, open_at: int) -> int:
+def _matching(text: str, open_at: int, opening: str = "(", closing: str = ")") -> int:
+    """The index of the bracket closing the one at `open_at`; -1 when it is never closed."""
     depth = 0
     for i in range(open_at, len(text)):
-        if text[i] == "(":
+        if text[i] == opening:
             depth += 1
-        elif text[i] == ")":
+        elif text[i] == closing:
             depth -= 1
             if depth == 0:
                 return i
-    raise TranslateError("unbalanced parentheses in a kernel signature")
+    return -1
+
+
+def _matching_paren(text: str, open_at: int) -> int:
+    close = _matching(text, open_at)
+    if close < 0:
+        raise TranslateError("unbalanced parentheses in a kernel signature")
+    return close
 
 
 def _parse_param(kernel: str, text: str) -> tuple[Param, str]:
