@@ -165,6 +165,14 @@ class TuningCache:
         self._merge({shape_key(tuned.shape, tuned.dtype): json.loads(json.dumps(entry))})
 
     def _merge(self, new: dict[str, dict[str, Any]]) -> None:
+        try:
+            self._write(new)
+        except OSError as exc:  # a read-only or full cache folder: said, with the way out
+            raise TuningError(f"cannot write the tuning cache {self.path}: {exc} (set "
+                              "PORTER_TUNING_CACHE or pass --cache)") from None
+        self.reload()
+
+    def _write(self, new: dict[str, dict[str, Any]]) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with file_lock(self.path.with_suffix(".lock")):
             data = self._read(self.path)
@@ -176,7 +184,6 @@ class TuningCache:
             with os.fdopen(fd, "w") as fh:
                 json.dump(body, fh, indent=1, sort_keys=True)
             os.replace(tmp, self.path)
-        self.reload()
 
     def export(self, to: str | os.PathLike[str]) -> int:
         """Write this cache's verified entries to one file; returns how many."""
