@@ -187,9 +187,9 @@ class TuningCache:
 
     def export(self, to: str | os.PathLike[str]) -> int:
         """Write this cache's verified entries to one file; returns how many."""
+        raw = json.loads(self.path.read_text())["entries"]  # the verified entries, as stored
         body = {"format": FORMAT, "pack_sha256": self.pack_sha256, "device": self.device,
-                "entries": {k: json.loads(self.path.read_text())["entries"][k]
-                            for k in self._entries}}
+                "entries": {k: raw[k] for k in self._entries}}
         Path(to).write_text(json.dumps(body, indent=1, sort_keys=True))
         return len(self._entries)
 
