@@ -58,9 +58,7 @@ def probe(reference: Callable[..., Any], example: tuple[Any, ...]) -> dict[str, 
         verdict["why"] = (f"the reference fails on inputs with a leading dim added "
                           f"({type(exc).__name__}: {exc})")
         return verdict
-    nd = list(y_nd) if isinstance(y_nd, (tuple, list)) else [y_nd]
-    flat = list(y_flat) if isinstance(y_flat, (tuple, list)) else [y_flat]
-    for a, b in zip(nd, flat, strict=True):
+    for a, b in zip(_as_list(y_nd), _as_list(y_flat), strict=True):
         if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)):
             continue
         if tuple(a.shape) != unflattened_shape(tuple(b.shape), (2, n_rows)) or not torch.allclose(
