@@ -110,6 +110,8 @@ def _interpret_shape(shape: Sequence[int], n_primary: int | None = None) -> tupl
                       for d in shape[n_primary:])
         return (*_interpret_shape(shape[:n_primary]), *extra)
     dims = [int(d) for d in shape]
+    if not dims:
+        return ()  # a 0-d tensor (Gemma's embedding scale): nothing to reduce
     if math.prod(dims[:-1] or [1]) <= INTERPRET_MAX_ROWS and dims[-1] <= INTERPRET_MAX_WIDTH:
         return tuple(dims)
     last = dims[-1]

@@ -64,10 +64,12 @@ class Replacement:
     pack_name: str
     label: str
     places: int
-    status: str  # "replaced" | "declined" | "no pack"
+    status: str  # "replaced" | "declined" | "no pack" | "fell back"
     reason: str = ""
     compiled_ms: float | None = None  # torch.compile of the group's code (GPU only)
     ours_ms: float | None = None  # the pack's kernel as a custom op (GPU only)
+    modules: list[str] = field(default_factory=list)  # in-place: the modules it went into
+    ran: dict[str, str] = field(default_factory=dict)  # input form -> what ran (the loader's)
 
 
 @dataclass
@@ -75,6 +77,24 @@ class OutputCheck:
     passed: bool
     max_abs_err: float
     tolerance: str
+
+
+@dataclass
+class UntouchedCheck:
+    """Device time per forward of the kernels the patch does not replace, before and after."""
+
+    before_us: float
+    after_us: float
+    limit: float = 1.02
+
+    @property
+    def passed(self) -> bool:
+        return self.after_us <= self.before_us * self.limit
+
+    def describe(self) -> str:
+        return (f"what the patch does not replace: {self.before_us:.1f} us of kernels per "
+                f"forward before, {self.after_us:.1f} us after "
+                f"({self.after_us / self.before_us:.3f}x; limit {self.limit:.2f}x)")
 
 
 @dataclass
@@ -86,6 +106,15 @@ class PatchResult:
     check: OutputCheck | None = None
     packs: dict[str, Any] = field(default_factory=dict)  # pack name -> the loaded PackedOp
     ops: dict[str, Any] = field(default_factory=dict)  # pack name -> its custom op (OpOverload)
+    untouched: UntouchedCheck | None = None  # in-place on a GPU
+    patched: list[Any] = field(default_factory=list)  # in-place: inplace.PatchedModule each
+
+    def unpatch(self) -> None:
+        """In-place: give every patched module its own forward back."""
+        from porter.model.inplace import restore
+
+        restore(self.patched)
+        self.patched = []
 
     @property
     def replaced(self) -> list[Replacement]:
@@ -100,6 +129,14 @@ class PatchResult:
                 t = (f" (ours {r.ours_ms * 1e3:.1f} us vs torch.compile "
                      f"{r.compiled_ms * 1e3:.1f} us)")
             lines.append(f"{r.status:9s} {r.pack_name} x{r.places}{t}: {r.reason}")
+            if r.modules:
+                more = f" (+{len(r.modules) - 3} more)" if len(r.modules) > 3 else ""
+                lines.append(f"          in {', '.join(r.modules[:3])}{more}")
+            for form, what in r.ran.items():
+                lines.append(f"          {form}: {what}")
+        if self.untouched is not None:
+            lines.append(("" if self.untouched.passed else "DECLINED: ")
+                         + self.untouched.describe())
         if self.check is not None:
             verdict = "matches" if self.check.passed else "DIFFERS from"
             lines.append(f"output check: the patched model {verdict} the unpatched one "
@@ -210,10 +247,12 @@ def patch(model: torch.nn.Module,
         source: the model's source record from `porter.model.load` (a Hugging Face model
             is traced with transformers' tracer).
         hw_name: hardware model for the timing's flush size (default: the detected device).
-        inplace: also make `model` itself run the patched graph (its `forward` becomes the
-            patched graph's, over the same parameters and submodules), as Liger-Kernel's
-            `apply_liger_kernel_to_*` patch a model in place; only after the output check
-            passed. A Hugging Face model built by `build_hf` is patched through its wrapper.
+        inplace: patch the model itself, module by module, as Liger-Kernel's
+            `apply_liger_kernel_to_*` do (`porter.model.inplace`): each module whose groups
+            have packs gets a new `forward`; attention, caches and `generate()` stay the model's
+            own. The packs are those `porter profile --in-place` names. On a GPU the kernels the
+            patch does not replace are profiled before and after; more than 2% slower declines
+            the whole patch. A failed output check (check=True) leaves the model unpatched.
 
     Returns:
         A `PatchResult` (`.model`, `.replacements`, `.check`, `.report()`).
@@ -222,27 +261,19 @@ def patch(model: torch.nn.Module,
         PatchError: no such packs folder, a model torch.fx cannot trace.
         PatchCheckError: the output check failed (with check=True).
     """
-    import hwmodels
     from porter.model.graph import ModelTraceError
     from porter.model.load import trace_any
     from porter.packs.loader import load_pack
 
     dirs = _pack_dirs(packs)
+    if inplace:
+        return _patch_modules(model, dirs, example_inputs, check=check, judge=judge,
+                              hw_name=hw_name)
     try:
         traced = trace_any(model, example_inputs, source or {})
     except ModelTraceError as exc:
         raise PatchError(str(exc)) from None
-    first = next((t for t in example_inputs if isinstance(t, torch.Tensor)), None)
-    on_gpu = first is not None and first.device.type == "cuda"
-    judge = on_gpu if judge is None else judge
-    if judge and not on_gpu:
-        raise PatchError("judging against torch.compile needs the model on a GPU")
-    hw = None
-    if judge:
-        det = hwmodels.detect()
-        hw = hwmodels.get(hw_name) if hw_name else det.model
-        if hw is None:
-            raise PatchError(f"no hardware model for this GPU ({det.reason}); pass hw_name")
+    on_gpu, judge, hw = _judge_setting(example_inputs, judge, hw_name)
 
     # A group with a Linear absorbed is patched whole when its pack is there, else its
     # elementwise part alone (the profile may have been made either way).
@@ -292,9 +323,109 @@ def patch(model: torch.nn.Module,
             raise PatchCheckError(f"the patched model's output differs from the unpatched "
                                   f"model's: max abs error {result.check.max_abs_err:.3g} "
                                   f"({result.check.tolerance})")
-    if inplace and chosen and (result.check is None or result.check.passed):
-        model.forward = gm.forward  # type: ignore[method-assign]
-        result.model = model
+    return result
+
+
+def _judge_setting(example_inputs: Sequence[Any], judge: bool | None,
+                   hw_name: str | None) -> tuple[bool, bool, Any]:
+    """(on a GPU, judge against torch.compile, the hardware model for the timing)."""
+    import hwmodels
+
+    first = next((t for t in example_inputs if isinstance(t, torch.Tensor)), None)
+    on_gpu = first is not None and first.device.type == "cuda"
+    judge = on_gpu if judge is None else judge
+    if judge and not on_gpu:
+        raise PatchError("judging against torch.compile needs the model on a GPU")
+    hw = None
+    if judge:
+        det = hwmodels.detect()
+        hw = hwmodels.get(hw_name) if hw_name else det.model
+        if hw is None:
+            raise PatchError(f"no hardware model for this GPU ({det.reason}); pass hw_name")
+    return on_gpu, judge, hw
+
+
+def _patch_modules(model: torch.nn.Module, dirs: dict[str, Path], example_inputs: Sequence[Any],
+                   *, check: bool, judge: bool | None, hw_name: str | None) -> PatchResult:
+    """`patch(..., inplace=True)`: swap the forward of each module whose groups have packs
+    (porter.model.inplace); the model stays itself (generate(), caches, attention)."""
+    from porter.model import inplace
+    from porter.packs.loader import load_pack
+
+    on_gpu, judge, hw = _judge_setting(example_inputs, judge, hw_name)
+    tms = [t for t in inplace.traced_modules(model, example_inputs) if t.traced is not None]
+    by_sig: dict[str, list[tuple[inplace.TracedModule, Group]]] = {}
+    for tm in tms:
+        for g in tm.groups:
+            if g.kind != "fused":
+                continue
+            if g.base is not None and g.pack_name not in dirs and g.base.pack_name in dirs:
+                g.base.index = g.index
+                g = g.base
+            by_sig.setdefault(g.signature, []).append((tm, g))
+    result = PatchResult(model)
+    chosen: dict[int, dict[int, Any]] = {}  # id(traced module) -> group index -> callable
+    for pairs in by_sig.values():
+        g0 = pairs[0][1]
+        rep = Replacement(g0.pack_name, g0.label, len(pairs), "no pack",
+                          f"no pack named {g0.pack_name} in the packs given",
+                          modules=[tm.call.name for tm, _ in pairs])
+        result.replacements.append(rep)
+        if g0.pack_name not in dirs:
+            continue
+        if g0.pack_name not in result.packs:
+            packed = load_pack(dirs[g0.pack_name])
+            result.packs[g0.pack_name] = packed
+            result.ops[g0.pack_name] = inplace.autograd_op(packed, len(g0.inputs),
+                                                           len(g0.outputs))
+        packed, op = result.packs[g0.pack_name], result.ops[g0.pack_name]
+        if judge:
+            if not _judged(rep, *_judge_against_compile(g0, op, hw)):
+                continue
+        else:
+            rep.reason = ("not judged against torch.compile: nothing can be timed on a CPU"
+                          if not on_gpu else "not judged against torch.compile (judge=False)")
+        rep.status = "replaced"
+        call = inplace.pack_call(packed, op)
+        for tm, g in pairs:
+            chosen.setdefault(id(tm), {})[g.index] = call
+    if not chosen:
+        return result
+    want, ref = _unpatched_outputs(model, example_inputs)
+    touched = [tm.call.module for tm in tms if id(tm) in chosen]
+    before = inplace.untouched_device_us(model, example_inputs, touched)[0] if on_gpu else None
+    result.patched = [inplace.swap_forward(tm, chosen[id(tm)]) for tm in tms if id(tm) in chosen]
+    for packed in result.packs.values():
+        packed.outcomes.clear()
+    try:
+        with torch.no_grad():
+            got = _flat(model(*example_inputs))
+        result.check = _compare(want, got, ref)
+        if before is not None:
+            after = inplace.untouched_device_us(model, example_inputs, touched)[0]
+            result.untouched = UntouchedCheck(before, after)
+    except BaseException:
+        result.unpatch()
+        raise
+    for r in result.replacements:
+        if r.status == "replaced":
+            r.ran = dict(result.packs[r.pack_name].outcomes)
+            if r.ran and all(v.startswith("reference") for v in r.ran.values()):
+                r.status = "fell back"
+                r.reason = "the pack ran its reference op at every input form (below), not a kernel"
+        log.info("patch: %s %s x%d: %s", r.status, r.pack_name, r.places, r.reason)
+    if result.untouched is not None and not result.untouched.passed:
+        result.unpatch()
+        for r in result.replacements:
+            if r.status == "replaced":
+                r.status, r.reason = "declined", result.untouched.describe()
+        return result
+    if not result.check.passed:
+        if check:
+            result.unpatch()
+            raise PatchCheckError(f"the patched model's output differs from the unpatched "
+                                  f"model's: max abs error {result.check.max_abs_err:.3g} "
+                                  f"({result.check.tolerance}); the model is left unpatched")
     return result
 
 
@@ -351,9 +482,11 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
             call = graph.call_function(ops[u.index], tuple(args))
             outs = [call] if len(u.outputs) == 1 else [
                 graph.call_function(operator.getitem, (call, j)) for j in range(len(u.outputs))]
+            like = next((env[i] for j, i in enumerate(u.inputs) if j < len(u.flat) and u.flat[j]),
+                        None)
             for o, v in zip(u.outputs, outs, strict=True):
-                if any(u.flat):
-                    v = graph.call_method("reshape", (v, -1, *o.meta["tensor_meta"].shape[1:]))
+                if like is not None:
+                    v = graph.call_function(unflatten_rows, (v, like))
                 env[o] = v
         else:
             env[u] = graph.node_copy(u, lambda a: env[a])
@@ -374,6 +507,12 @@ def _rewrite(gm: fx.GraphModule, groups: list[Group], ops: dict[int, Any]) -> fx
     new = fx.GraphModule(gm, graph)
     new.recompile()
     return new
+
+
+def unflatten_rows(v: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A matmul group's 2-D result back in the leading dims of the activation it read (the call's
+    own, not the traced shape's: a decode step has one token where the trace had many)."""
+    return v.reshape(*like.shape[:-1], v.shape[-1])
 
 
 def _is_query(n: fx.Node) -> bool:
@@ -400,39 +539,52 @@ def _flat(out: Any) -> list[torch.Tensor]:
 
 def _check(model: torch.nn.Module, patched: torch.nn.Module,
            inputs: Sequence[Any]) -> OutputCheck:
-    """The patched model's output against the unpatched model's, by the harness's rules.
+    """The patched model's output against the unpatched model's, by the harness's rules
+    (`_compare`)."""
+    want, ref = _unpatched_outputs(model, inputs)
+    with torch.no_grad():
+        got = _flat(patched(*inputs))
+    return _compare(want, got, ref)
 
-    fp32 outputs: within the harness's fp32 tolerance of the unpatched model. 16-bit outputs:
-    both models are compared with an fp32 run of the unpatched model (a copy upcast); the
+
+def _unpatched_outputs(model: torch.nn.Module, inputs: Sequence[Any],
+                       ) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The model's outputs, and for 16-bit outputs those of an fp32 copy of it (else [])."""
+    import copy
+
+    with torch.no_grad():
+        want = _flat(model(*inputs))
+        ref: list[torch.Tensor] = []
+        if any(w.dtype in (torch.float16, torch.bfloat16) for w in want):
+            up = copy.deepcopy(model).float()
+            ref = _flat(up(*[t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
+                             else t for t in inputs]))
+            del up
+    return want, ref
+
+
+def _compare(want: list[torch.Tensor], got: list[torch.Tensor],
+             ref: list[torch.Tensor]) -> OutputCheck:
+    """fp32 outputs: within the harness's fp32 tolerance of the unpatched model. 16-bit outputs:
+    both models are compared with an fp32 run of the unpatched model (`ref`); the
     patched output must be within the harness's tolerance of it everywhere, or its largest
     error at most NATIVE_ERROR_FACTOR times the unpatched model's own largest error (the
     judge's rule for ill-conditioned values: a 16-bit model is only as exact as its roundings,
     and after a few matmuls two equally good 16-bit runs differ by a few ulps).
     """
-    import copy
-
     from harness.check import NATIVE_ERROR_FACTOR
     from harness.tolerance import tolerance
 
-    with torch.no_grad():
-        want = _flat(model(*inputs))
-        got = _flat(patched(*inputs))
-        low = any(w.dtype in (torch.float16, torch.bfloat16) for w in want)
-        ref: list[torch.Tensor] = []
-        if low:
-            up = copy.deepcopy(model).float()
-            ref = _flat(up(*[t.float() if isinstance(t, torch.Tensor) and t.is_floating_point()
-                             else t for t in inputs]))
-            del up
+    low = bool(ref)
     worst, ok = 0.0, len(want) == len(got)
     texts: list[str] = []
     for k, (w, g) in enumerate(zip(want, got, strict=False)):  # lengths: checked
         tol = tolerance(w.dtype)
-        diff = (g.double() - w.double()).abs()
-        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
         if g.shape != w.shape:
             ok = False
             continue
+        diff = (g.double() - w.double()).abs()
+        worst = max(worst, float(diff.max()) if diff.numel() else 0.0)
         if low and k < len(ref) and w.dtype in (torch.float16, torch.bfloat16):
             r = ref[k].double()
             ours = (g.double() - r).abs()

@@ -3,6 +3,7 @@
     porter profile examples/llama_block/model.py [--size toy] [--device cpu|cuda] [--hw h100] \
         [--out PROFILE.json]
     porter profile --hf llama --size toy --out profile.json      # needs kernel-porter[models]
+    porter profile --hf llama --in-place --out profile.json     # for patch(inplace=True)
     porter port-profile PROFILE.json --top 2 --targets h100 --out packs/
     porter port --from-profile PROFILE.json --top 2 ...        # the same, from `porter port`
 """
@@ -25,7 +26,8 @@ def _fail(message: str) -> None:
 @click.argument("model", required=False, type=click.Path(dir_okay=False))
 @click.option("--hf", "hf_arch", default=None,
               help="A Hugging Face architecture built from its config with random weights "
-                   "(llama, qwen2, mistral) instead of MODEL; needs kernel-porter[models].")
+                   "(llama, qwen2, qwen3, mistral, gemma) instead of MODEL; needs "
+                   "kernel-porter[models].")
 @click.option("--size", default=None,
               help="Passed to the model file's get_inputs/get_init_inputs (the example's toy / "
                    "realistic); for --hf: toy (default) or realistic.")
@@ -40,11 +42,15 @@ def _fail(message: str) -> None:
 @click.option("--matmul-epilogues", is_flag=True,
               help="Also fuse a Linear into the elementwise group that alone reads it (one "
                    "matmul kernel with an epilogue) instead of leaving it to cuBLAS.")
+@click.option("--in-place", "in_place", is_flag=True,
+              help="Rank the groups of the model's own modules (norms, MLPs), as "
+                   "`porter.patch(..., inplace=True)` replaces them, instead of the whole "
+                   "graph's (implies --matmul-epilogues).")
 @click.option("--out", "out_path", default=None, type=click.Path(dir_okay=False),
               help="Write the profile (JSON) for `porter port-profile`.")
 def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device: str | None,
                 hw_name: str | None, packs_dir: str | None, steps: int, matmul_epilogues: bool,
-                out_path: str | None) -> None:
+                in_place: bool, out_path: str | None) -> None:
     """Profile MODEL (Model/get_inputs/get_init_inputs) and rank its fused groups."""
     import torch
 
@@ -66,7 +72,8 @@ def profile_cmd(model: str | None, hf_arch: str | None, size: str | None, device
         else:
             m, inputs, source = load_model(model, size=size, device=dev)  # type: ignore[arg-type]
         prof = profile_model(m, inputs, source=source, hw_name=hw_name, steps=steps,
-                             packs=packs_dir, matmul_epilogues=matmul_epilogues)
+                             packs=packs_dir, matmul_epilogues=matmul_epilogues,
+                             in_place=in_place)
     except PorterError as exc:
         _fail(str(exc))
     click.echo(format_profile(prof))

@@ -80,6 +80,9 @@ def standalone(gm: fx.GraphModule, members: list[fx.Node], outputs: list[fx.Node
             op, target = "call_function", getattr(F, fname)
             if isinstance(m, nn.GELU):
                 kwargs = {"approximate": m.approximate}
+        # `inplace=False` is every functional activation's default: fx's tracer writes it where
+        # Dynamo's export does not, and a group has one signature however it was traced.
+        kwargs = {k: v for k, v in kwargs.items() if not (k == "inplace" and v is False)}
         name = f"v{counter[0]}"
         counter[0] += 1
         env[n] = graph.create_node(op, target, args, kwargs, name=name)

@@ -147,6 +147,17 @@ def find_groups(traced: TracedModel, *, matmul_epilogues: bool = False) -> list[
         group_of[n] = joined
         members[joined].append(n)
         masks[joined] |= 1 << pos[n]
+        for p in producers:
+            gid = group_of[p]
+            if gid != joined and _parameter_prologue(members[gid], n):
+                # e.g. Gemma's `1 + weight.float()`: computed from parameters alone and read only
+                # here, so it joins the group that reads it (as Inductor fuses it)
+                moved = members.pop(gid)
+                masks.pop(gid)
+                for m in moved:
+                    group_of[m] = joined
+                    masks[joined] |= 1 << pos[m]
+                members[joined] = sorted(members[joined] + moved, key=lambda m: pos[m])
 
     groups: list[Group] = []
     absorbed: set[fx.Node] = set()
@@ -179,6 +190,14 @@ def find_groups(traced: TracedModel, *, matmul_epilogues: bool = False) -> list[
     for i, g in enumerate(groups):
         g.index = i
     return groups
+
+
+def _parameter_prologue(group: list[fx.Node], reader: fx.Node) -> bool:
+    """A group computed from parameters and constants alone (no activation), all of whose
+    values are read only inside it or by `reader`."""
+    inside = set(group)
+    return all(a in inside or a.op == "get_attr" for m in group for a in m.all_input_nodes) and all(
+        u in inside or u is reader for m in group for u in m.users)
 
 
 def _sources(a: fx.Node, kind: dict[fx.Node, str]) -> list[fx.Node]:

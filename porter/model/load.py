@@ -25,7 +25,10 @@ HF_SIZES: dict[str, dict[str, int]] = {
                   "num_key_value_heads": 8, "num_hidden_layers": 2, "vocab_size": 32000,
                   "batch": 4, "seq": 2048},
 }
-HF_CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "mistral": "MistralConfig"}
+# Gemma: its RMSNorm scales by (1 + weight) and its MLP is GELU(tanh)-and-multiply; Qwen3 has an
+# RMSNorm on q and k inside attention (what the in-place patch finds without being told).
+HF_CONFIGS = {"llama": "LlamaConfig", "qwen2": "Qwen2Config", "qwen3": "Qwen3Config",
+              "mistral": "MistralConfig", "gemma": "GemmaConfig"}
 
 
 class ModelLoadError(PorterError):
@@ -104,6 +107,10 @@ def build_hf(arch: str, *, size: str = "toy", device: str = "cpu",
         raise ModelLoadError(f"unknown --size {size!r}; choose from {', '.join(HF_SIZES)}")
     s = dict(HF_SIZES[size])
     batch, seq = s.pop("batch"), s.pop("seq")
+    if not hasattr(transformers, HF_CONFIGS[arch]):
+        raise ModelLoadError(f"--hf {arch}: transformers {transformers.__version__} has no "
+                             f"{HF_CONFIGS[arch]}; upgrade transformers")
+    s["head_dim"] = s["hidden_size"] // s["num_attention_heads"]  # Gemma's default is 256
     cfg = getattr(transformers, HF_CONFIGS[arch])(**s, max_position_embeddings=max(seq, 128))
     cfg._attn_implementation = "sdpa"
     lm = transformers.AutoModelForCausalLM.from_config(cfg)

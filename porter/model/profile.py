@@ -57,7 +57,7 @@ def _device_us(evt: Any, on_gpu: bool, self_only: bool) -> float:
 def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict[str, Any],
                   hw_name: str | None = None, steps: int = 3, warmup: int = 2,
                   packs: str | os.PathLike[str] | None = None,
-                  matmul_epilogues: bool = False) -> dict[str, Any]:
+                  matmul_epilogues: bool = False, in_place: bool = False) -> dict[str, Any]:
     """Profile `model(*inputs)` and rank its groups; returns the profile as plain data (JSON).
 
     Args:
@@ -71,6 +71,9 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
             shape and dtype takes s from it.
         matmul_epilogues: absorb a Linear into the elementwise group that alone reads it
             (`porter.model.groups.find_groups`).
+        in_place: rank the groups an in-place patch can replace (`porter.model.inplace`):
+            each patchable module traced on its own, its groups timed there, their shares
+            taken of the whole model's time. Matmul epilogues are absorbed.
 
     Returns:
         A dict: device, versions, ops (by share), groups (ranked), not_portable, notes.
@@ -133,7 +136,71 @@ def profile_model(model: torch.nn.Module, inputs: Sequence[Any], *, source: dict
     groups = find_groups(traced, matmul_epilogues=matmul_epilogues)
     prof_d["matmul_epilogues"] = matmul_epilogues
     prof_d.update(rank_groups(traced, groups, node_ms, hw, measured=measured, packs=packs))
+    if in_place:
+        prof_d["granularity"] = "modules"
+        prof_d["matmul_epilogues"] = True
+        prof_d["groups"] = _module_groups(model, inputs, hw, measured, prof_d["total_basis_ms"],
+                                          packs, steps, warmup)
+        notes.append("groups are the in-place patch's: each patchable module (an RMSNorm, an "
+                     "MLP) traced on its own; shares are of the whole model's time")
     return prof_d
+
+
+def _module_groups(model: torch.nn.Module, inputs: Sequence[Any], hw: Any, measured: bool,
+                   total_ms: float, packs: str | os.PathLike[str] | None, steps: int,
+                   warmup: int) -> list[dict[str, Any]]:
+    """The groups of every module an in-place patch can take, ranked by gain: one module of
+    each class and call shape is traced, timed (GPU) or projected, and counts for all."""
+    from porter.model.inplace import module_calls
+    from porter.model.inplace import trace_module
+    from porter.model.rank import amdahl
+
+    alike: dict[tuple[Any, ...], list[Any]] = {}
+    for c in module_calls(model, inputs):
+        key = (type(c.module), tuple((tuple(a.shape), a.dtype) for a in c.args))
+        alike.setdefault(key, []).append(c)
+    merged: dict[str, dict[str, Any]] = {}
+    for calls in alike.values():
+        tm = trace_module(calls[0])
+        if tm.traced is None or not any(g.kind == "fused" for g in tm.groups):
+            continue
+        node_ms = _node_ms(tm.traced, tm.call.args, measured, steps, warmup) if measured else {}
+        ranked = rank_groups(tm.traced, tm.groups, node_ms, hw, measured=measured, packs=packs)
+        for e in ranked["groups"]:
+            one = e["instances"]
+            m = merged.setdefault(e["signature"], {**e, "instances": [], "eager_ms": 0.0,
+                                                   "ours_ms": 0.0, "modules": []})
+            for c in calls:
+                m["instances"] += [{**i, "module": c.name} for i in one]
+                m["modules"].append(c.name)
+                m["eager_ms"] += sum(i["eager_ms"] for i in one)
+                m["ours_ms"] += sum(i["ours_ms"] for i in one)
+    out = []
+    for e in merged.values():
+        e["share"] = e["eager_ms"] / (total_ms or 1.0)
+        e["speedup"] = max(1.0, e["eager_ms"] / e["ours_ms"]) if e["ours_ms"] > 0 else 1.0
+        e["gain"] = amdahl(min(e["share"], 1.0), e["speedup"])
+        out.append(e)
+    return sorted(out, key=lambda e: -e["gain"])
+
+
+def _node_ms(traced: TracedModel, inputs: Sequence[Any], on_gpu: bool, steps: int,
+             warmup: int) -> dict[str, float]:
+    """ms per pass of each fx node of `traced` run alone on `inputs` (profiler ranges)."""
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    if on_gpu:
+        acts.append(torch.profiler.ProfilerActivity.CUDA)
+    with torch.no_grad():
+        for _ in range(warmup):
+            _Annotated(traced.module).run(*inputs)
+        if on_gpu:
+            torch.cuda.synchronize()
+        with torch.profiler.profile(activities=acts) as prof:
+            for _ in range(steps):
+                _Annotated(traced.module).run(*inputs)
+            if on_gpu:
+                torch.cuda.synchronize()
+    return _node_times(prof, on_gpu, steps)
 
 
 def _op_table(prof: Any, on_gpu: bool, steps: int) -> list[dict[str, Any]]:

@@ -101,6 +101,9 @@ class PackedOp:
         # call_key -> what runs that call from now on: a bound launch, the resolved launcher, a
         # Metal runner or the reference (GPU and MPS calls; CPU calls are chosen every time)
         self._fast: dict[tuple[Any, ...], Any] = {}
+        # what ran at each input form resolved so far ("kernel: ..." or "reference: why"), for
+        # reports that must not call a fallback a replacement (porter.patch)
+        self.outcomes: dict[str, str] = {}
         self._metal: dict[str, Any] = {}  # pack file -> porter.mps.MetalRunner
         # (file sha256, target, input shapes) -> (config derived for them, how): choose() asks
         # the module's rule once per shape, not once per call
@@ -478,6 +481,7 @@ class PackedOp:
         merged = self._merged(inputs, out)
         if isinstance(merged, str):
             self._warn_once(merged)
+            self._outcome(inputs, f"reference: {merged}")
             return self._file(key, _Reference(self.reference, merged))(inputs, out)
         choice = self.choose(*inputs)
         if (self._tune_mode == "first-call" and choice.unseen and not choice.interpret
@@ -485,8 +489,11 @@ class PackedOp:
             choice = self._tune_first_call(choice, merged, inputs)
         if choice.bucket is None:
             self._warn_once(choice.reason)
+            self._outcome(inputs, f"reference: {choice.reason}")
             return ReferenceModule(self.reference).launch(*inputs, out=out)
         if choice.bucket["file"].endswith(".metal"):
+            self._outcome(inputs, f"kernel: {choice.target} Metal"
+                          + (" on the CPU Metal executor" if choice.interpret else " via MPS"))
             runner = _Metal(self, choice)
             return (self._file(key, runner) if not choice.interpret else runner)(inputs, out)
         if choice.reference_why is not None:
@@ -495,6 +502,7 @@ class PackedOp:
             self._log_once(f"reference:{choice.target}:{choice.asked}", "%s %s on %s: running "
                            "the reference op: %s", self.op, choice.asked, choice.target,
                            choice.reference_why)
+            self._outcome(inputs, f"reference: {choice.reference_why}")
             return self._file(key, _Reference(self.reference, choice.reference_why))(inputs, out)
         if choice.unseen:
             self._log_once(f"unseen:{choice.target}:{choice.asked}", "%s %s on %s: %s; config "
@@ -522,14 +530,23 @@ class PackedOp:
             # kernel and a strided view): the reference takes them, said once
             why = f"the {choice.target} kernel cannot take these inputs: {exc}"
             self._warn_once(why)
+            self._outcome(inputs, f"reference: {why}")
             return self._file(key, _Reference(self.reference, why))(inputs, out)
         wrong = self._wrong_result(key, inputs, result)
         if wrong is not None:
             self._warn_once(wrong)
+            self._outcome(inputs, f"reference: {wrong}")
             return self._file(key, _Reference(self.reference, wrong))(inputs, out)
+        self._outcome(inputs, f"kernel: {choice.target} {choice.bucket['file']}"
+                      + (" under the Triton interpreter" if choice.interpret else ""))
         if not choice.interpret:
             self._file(key, _Kernel(self, key, self._module(choice.bucket["file"], False), config))
         return result
+
+    def _outcome(self, inputs: tuple[Any, ...], what: str) -> None:
+        form = ", ".join(f"{tuple(t.shape)} {dtype_name(t.dtype)}" for t in inputs
+                         if isinstance(t, torch.Tensor))
+        self.outcomes[form] = what
 
     def _tune_first_call(self, choice: Choice, merged: leading.Merged | None,
                          inputs: tuple[Any, ...]) -> Choice:

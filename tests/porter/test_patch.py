@@ -89,21 +89,6 @@ def test_profile_port_top2_patch_on_cpu(ported: tuple[Path, dict]) -> None:
     assert "matches the unpatched one" in result.report()
 
 
-def test_patch_in_place_like_liger(ported: tuple[Path, dict]) -> None:
-    packs, prof = ported
-    torch.manual_seed(0)
-    model, inputs, _ = load_model(MODEL, size="toy")
-    with torch.no_grad():
-        before = model(*inputs)
-    result = porter.patch(model, packs, example_inputs=inputs, inplace=True)
-    assert result.model is model  # the same object, its forward now the patched graph's
-    name = prof["groups"][0]["pack_name"]
-    assert "kernel_porter" in model.forward.__self__.code
-    with torch.no_grad():
-        torch.testing.assert_close(model(*inputs), before, rtol=1e-5, atol=1e-5)
-    assert result.packs[name]._modules
-
-
 def test_no_packs_no_replacement_and_errors(tmp_path: Path) -> None:
     torch.manual_seed(0)
     model, inputs, _ = load_model(MODEL, size="toy")
