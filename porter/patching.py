@@ -217,6 +217,28 @@ def _judge_against_compile(g: Group, op: Any, hw: Any) -> tuple[float, float]:
     return cmp_.timings["ours"].median_ms, cmp_.timings["compiled"].median_ms
 
 
+def _with_pack(g: Group, dirs: dict[str, Path]) -> Group:
+    """A group with a Linear absorbed is patched whole when its pack is there, else its
+    elementwise part alone (the profile may have been made either way)."""
+    if g.base is not None and g.pack_name not in dirs and g.base.pack_name in dirs:
+        g.base.index = g.index
+        return g.base
+    return g
+
+
+def _kept(rep: Replacement, g: Group, op: Any, *, judge: bool, on_gpu: bool, hw: Any) -> bool:
+    """Judge the replacement against torch.compile where asked (`_judged`), else say why not;
+    True (and `rep` marked replaced) when it is kept."""
+    if judge:
+        if not _judged(rep, *_judge_against_compile(g, op, hw)):
+            return False
+    else:
+        rep.reason = ("not judged against torch.compile: nothing can be timed on a CPU"
+                      if not on_gpu else "not judged against torch.compile (judge=False)")
+    rep.status = "replaced"
+    return True
+
+
 def _judged(rep: Replacement, ours_ms: float, compiled_ms: float) -> bool:
     """Record the torch.compile comparison on `rep`; True when the replacement is kept."""
     rep.ours_ms, rep.compiled_ms = ours_ms, compiled_ms
@@ -275,16 +297,10 @@ def patch(model: torch.nn.Module,
         raise PatchError(str(exc)) from None
     on_gpu, judge, hw = _judge_setting(example_inputs, judge, hw_name)
 
-    # A group with a Linear absorbed is patched whole when its pack is there, else its
-    # elementwise part alone (the profile may have been made either way).
     groups = []
     for g in find_groups(traced, matmul_epilogues=True):
-        if g.kind != "fused":
-            continue
-        if g.base is not None and g.pack_name not in dirs and g.base.pack_name in dirs:
-            g.base.index = g.index
-            g = g.base
-        groups.append(g)
+        if g.kind == "fused":
+            groups.append(_with_pack(g, dirs))
     by_sig: dict[str, list[Group]] = {}
     for g in groups:
         by_sig.setdefault(g.signature, []).append(g)
@@ -304,13 +320,8 @@ def patch(model: torch.nn.Module,
             packed_ops[g0.pack_name] = packed
             loaded[g0.pack_name] = _custom_op(packed, len(g0.inputs), len(g0.outputs))
         op = loaded[g0.pack_name]
-        if judge:
-            if not _judged(rep, *_judge_against_compile(g0, op, hw)):
-                continue
-        else:
-            rep.reason = ("not judged against torch.compile: nothing can be timed on a CPU"
-                          if not on_gpu else "not judged against torch.compile (judge=False)")
-        rep.status = "replaced"
+        if not _kept(rep, g0, op, judge=judge, on_gpu=on_gpu, hw=hw):
+            continue
         for g in gs:
             chosen[g.index] = op
     gm = _rewrite(traced.module, [g for g in groups if g.index in chosen], chosen)
@@ -357,12 +368,9 @@ def _patch_modules(model: torch.nn.Module, dirs: dict[str, Path], example_inputs
     by_sig: dict[str, list[tuple[inplace.TracedModule, Group]]] = {}
     for tm in tms:
         for g in tm.groups:
-            if g.kind != "fused":
-                continue
-            if g.base is not None and g.pack_name not in dirs and g.base.pack_name in dirs:
-                g.base.index = g.index
-                g = g.base
-            by_sig.setdefault(g.signature, []).append((tm, g))
+            if g.kind == "fused":
+                g = _with_pack(g, dirs)
+                by_sig.setdefault(g.signature, []).append((tm, g))
     result = PatchResult(model)
     chosen: dict[int, dict[int, Any]] = {}  # id(traced module) -> group index -> callable
     for pairs in by_sig.values():
@@ -379,13 +387,8 @@ def _patch_modules(model: torch.nn.Module, dirs: dict[str, Path], example_inputs
             result.ops[g0.pack_name] = inplace.autograd_op(packed, len(g0.inputs),
                                                            len(g0.outputs))
         packed, op = result.packs[g0.pack_name], result.ops[g0.pack_name]
-        if judge:
-            if not _judged(rep, *_judge_against_compile(g0, op, hw)):
-                continue
-        else:
-            rep.reason = ("not judged against torch.compile: nothing can be timed on a CPU"
-                          if not on_gpu else "not judged against torch.compile (judge=False)")
-        rep.status = "replaced"
+        if not _kept(rep, g0, op, judge=judge, on_gpu=on_gpu, hw=hw):
+            continue
         call = inplace.pack_call(packed, op)
         for tm, g in pairs:
             chosen.setdefault(id(tm), {})[g.index] = call
