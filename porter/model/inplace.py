@@ -38,6 +38,7 @@ from porter.model.graph import op_name
 from porter.model.graph import trace_model
 from porter.model.groups import Group
 from porter.model.groups import find_groups
+from porter.model.rewrite import rewrite_groups
 
 log = logging.getLogger(__name__)
 
@@ -204,11 +205,10 @@ class PatchedModule:
 def swap_forward(tm: TracedModule, ops: dict[int, Any]) -> PatchedModule:
     """Make `tm`'s module run its traced graph with the chosen groups replaced (`ops`: group
     index -> callable)."""
-    from porter.patching import _rewrite
 
     assert tm.traced is not None
     chosen = [g for g in tm.groups if g.index in ops]
-    gm = _rewrite(tm.traced.module, chosen, ops)
+    gm = rewrite_groups(tm.traced.module, chosen, ops)
     mod = tm.call.module
     before = mod.__dict__.get("forward")
     mod.forward = gm.forward  # type: ignore[method-assign]
