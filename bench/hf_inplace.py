@@ -9,14 +9,16 @@ Per architecture (built from its config at `--size`, random weights, bf16, on th
    `--max-variants`) unless their packs are already in `--packs`; profiled again with the packs'
    measured times, for the prediction 1 / (1 - sum f + sum f / s) over the replaced groups;
 2. prefill, `model(ids, use_cache=False)` back to back from Python, time per call until the
-   GPU is done (CUDA events around `--reps` calls, median of 5 such runs): eager, torch.compile,
+   GPU is done (wall clock, synced, around `--reps` calls, median of 5 runs): eager, torch.compile,
    patched (`porter.patch(..., inplace=True)`: judged against torch.compile per group, output
    checked, the untouched kernels profiled before and after), patched + torch.compile, and
    Liger-Kernel's `apply_liger_kernel_to_<arch>` last (it patches classes for the process);
-3. decode: `generate()` greedy at batch 1 and 16 after a `--kv`-token prompt; time per new
-   token = (time for `--new` tokens - time for 1) / (`--new` - 1), unpatched and patched, and
-   whether the greedy tokens agree (bf16: they may part after a near tie).
-Writes rows.jsonl, meta.json and SUMMARY.md under `--out`.
+3. decode: `generate()` greedy at `--batches` after a `--kv`-token prompt; time per new
+   token = (time for `--new` tokens - time for 1) / (`--new` - 1), medians of 3, unpatched
+   and patched, and whether the greedy tokens agree (bf16: they may part after a near tie);
+   with `--graphs` also under CUDA graphs (static cache, `torch.compile(mode="reduce-overhead")`).
+Prefill also reports device time (the profiler's sum of GPU kernel times, no launch gaps).
+Writes rows.jsonl (each row as it is measured) and meta.json under `--out`.
 """
 
 from __future__ import annotations
@@ -37,39 +39,70 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 
-def _ms_per_call(fn: Any, reps: int) -> float:
+def _sync() -> None:
     import torch
 
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _ms_per_call(fn: Any, reps: int) -> float:
+    """Median over 5 runs of `reps` back-to-back calls, each run timed until the device is done
+    (wall clock with a sync either side: what a Python caller waits)."""
     fn()
-    torch.cuda.synchronize()
+    _sync()
     runs = []
     for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
+        _sync()
+        t = time.perf_counter()
         for _ in range(reps):
             fn()
-        end.record()
-        torch.cuda.synchronize()
-        runs.append(start.elapsed_time(end) / reps)
+        _sync()
+        runs.append((time.perf_counter() - t) * 1e3 / reps)
     return statistics.median(runs)
 
 
-def _decode_ms(lm: Any, ids: Any, new: int) -> tuple[float, Any]:
+def _device_ms(fn: Any) -> float | None:
+    """Device time of one call: the sum of the GPU kernels' times in a profiler trace (no
+    launch gaps, no Python), median of 3 calls."""
+    import torch
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+
+    if not torch.cuda.is_available():
+        return None
+    fn()
+    _sync()
+    runs = []
+    for _ in range(3):
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            fn()
+            _sync()
+        runs.append(sum(e.self_device_time_total for e in prof.key_averages()) / 1e3)
+    return statistics.median(runs)
+
+
+def _decode_ms(lm: Any, ids: Any, new: int, **gen_kw: Any) -> tuple[float, Any]:
+    """Time per new token of greedy `generate()` after the prompt `ids`: (time for `new`
+    tokens - time for 1) / (new - 1), each the median of 3 runs."""
     import torch
 
     def gen(n: int) -> Any:
         return lm.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False,
-                           pad_token_id=0)
+                           pad_token_id=0, **gen_kw)
 
     with torch.no_grad():
-        gen(2)
-        times = {}
+        gen(3)  # warm: the prompt's shapes and a decode step's (a CUDA-graph capture too)
+        times: dict[int, float] = {}
         for n in (1, new):
-            torch.cuda.synchronize()
-            t = time.perf_counter()
-            out = gen(n)
-            torch.cuda.synchronize()
-            times[n] = (time.perf_counter() - t) * 1e3
+            runs = []
+            for _ in range(3):
+                _sync()
+                t = time.perf_counter()
+                out = gen(n)
+                _sync()
+                runs.append((time.perf_counter() - t) * 1e3)
+            times[n] = statistics.median(runs)
     return (times[new] - times[1]) / (new - 1), out
 
 
@@ -89,8 +122,8 @@ def _port(prof: dict[str, Any], top: int, packs: Path, work: Path, target: str,
     return [g["pack_name"] for g in prof["groups"][:top]]
 
 
-def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path,
-             hw: Any) -> list[dict[str, Any]]:
+def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: Any,
+             emit: Any) -> None:
     import torch
 
     import porter
@@ -98,9 +131,8 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path,
     from porter.model.profile import profile_model
     from porter.model.rank import combined_gain
 
-    rows: list[dict[str, Any]] = []
     torch.manual_seed(0)
-    wrapper, (ids,), source = build_hf(arch, size=args.size, device="cuda")
+    wrapper, (ids,), source = build_hf(arch, size=args.size, device=args.device)
     lm = wrapper.lm
     prof = profile_model(wrapper, (ids,), source=source, hw_name=hw.name, in_place=True)
     _port(prof, args.top, packs, work, hw.name, args.max_variants)
@@ -111,14 +143,15 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path,
         return lambda: m(ids, use_cache=False)
 
     def row(kind: str, **kw: Any) -> None:
-        r = {"arch": arch, "kind": kind, "shape": list(ids.shape), **kw}
-        print(json.dumps(r), flush=True)
-        rows.append(r)
+        emit({"arch": arch, "kind": kind, "shape": list(ids.shape), **kw})
 
     with torch.no_grad():
         t = {"eager": _ms_per_call(prefill(lm), args.reps)}
+        dev = {"eager": _device_ms(prefill(lm))}
         torch._dynamo.reset()
-        t["compile"] = _ms_per_call(prefill(torch.compile(lm)), args.reps)
+        compiled = torch.compile(lm)
+        t["compile"] = _ms_per_call(prefill(compiled), args.reps)
+        dev["compile"] = _device_ms(prefill(compiled))
     first = result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
     print(result.report(), flush=True)
     replaced = [r.pack_name for r in result.replaced]
@@ -126,33 +159,59 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path,
     predicted = combined_gain(groups) if groups else 1.0
     with torch.no_grad():
         t["patched"] = _ms_per_call(prefill(lm), args.reps)
+        dev["patched"] = _device_ms(prefill(lm))
         torch._dynamo.reset()
-        t["patched_compile"] = _ms_per_call(prefill(torch.compile(lm)), args.reps)
-        for b in args.batches:
-            prompt = torch.randint(0, 1000, (b, args.kv), device="cuda",
-                                   generator=torch.Generator("cuda").manual_seed(b))
-            # the same prompt for both: the unpatched tokens with the patch taken off
-            ms, tok = _decode_ms(lm, prompt, args.new)
-            result.unpatch()
-            base_ms, base_tok = _decode_ms(lm, prompt, args.new)
-            result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True, judge=False)
-            agree = float((tok[:, args.kv:] == base_tok[:, args.kv:]).float().mean())
-            row("decode", batch=b, kv=args.kv, unpatched_ms_per_token=base_ms,
-                patched_ms_per_token=ms, speedup=base_ms / ms, greedy_token_agreement=agree)
-    result.unpatch()
-    row("prefill", ms=t, speedup_patched_vs_eager=t["eager"] / t["patched"],
+        compiled = torch.compile(lm)
+        t["patched_compile"] = _ms_per_call(prefill(compiled), args.reps)
+        dev["patched_compile"] = _device_ms(prefill(compiled))
+    row("prefill", ms=t, device_ms=dev, speedup_patched_vs_eager=t["eager"] / t["patched"],
         speedup_patched_compile_vs_compile=t["compile"] / t["patched_compile"],
         predicted_vs_eager=predicted,
-        replaced=[{"pack": r.pack_name, "places": r.places, "reason": r.reason, "ran": r.ran}
-                  for r in first.replacements],
+        replaced=[{"pack": r.pack_name, "status": r.status, "places": r.places,
+                   "reason": r.reason, "ran": r.ran} for r in first.replacements],
         untouched=first.untouched.describe() if first.untouched else None,
         check=first.check.tolerance if first.check else None)
-    liger = _liger(arch, lm)
-    if liger is not None:
-        with torch.no_grad():
-            ms = _ms_per_call(prefill(lm), args.reps)
-        row("prefill_liger", ms=ms, speedup_vs_eager=t["eager"] / ms, how=liger)
-    return rows
+    # Decode: the same prompt patched, then unpatched (the patch taken off), then patched again
+    # for the next setting; the patch's judging is not redone (judge=False).
+    settings = [("eager", b, {}) for b in args.batches]
+    if args.graphs and args.device == "cuda":
+        settings += [("cuda_graphs", b, {"cache_implementation": "static"})
+                     for b in args.batches[:1]]
+    for mode, b, gen_kw in settings:
+        prompt = torch.randint(0, 200, (b, args.kv), device=args.device,
+                               generator=torch.Generator(args.device).manual_seed(b))
+        timed = {}
+        for state in ("patched", "unpatched"):
+            if state == "unpatched":
+                result.unpatch()
+            if mode == "cuda_graphs":
+                # Hugging Face's recipe: a static KV cache and the forward compiled with
+                # CUDA graphs (`reduce-overhead`).
+                torch._dynamo.reset()
+                lm.forward = torch.compile(type(lm).forward.__get__(lm), mode="reduce-overhead")
+            try:
+                timed[state] = _decode_ms(lm, prompt, args.new, **gen_kw)
+            finally:
+                lm.__dict__.pop("forward", None)
+        agree = float((timed["patched"][1][:, args.kv:] ==
+                       timed["unpatched"][1][:, args.kv:]).float().mean())
+        row("decode", mode=mode, batch=b, kv=args.kv, new_tokens=args.new,
+            unpatched_ms_per_token=timed["unpatched"][0],
+            patched_ms_per_token=timed["patched"][0],
+            speedup=timed["unpatched"][0] / timed["patched"][0],
+            greedy_token_agreement=agree)
+        result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True, judge=False)
+    result.unpatch()
+    try:
+        liger = _liger(arch, lm)
+        if liger is not None:
+            with torch.no_grad():
+                ms = _ms_per_call(prefill(lm), args.reps)
+                dms = _device_ms(prefill(lm))
+            row("prefill_liger", ms=ms, device_ms=dms, speedup_vs_eager=t["eager"] / ms,
+                how=liger)
+    except Exception as exc:  # noqa: BLE001 - Liger's failure is its own row
+        row("prefill_liger", error=f"{type(exc).__name__}: {exc}")
 
 
 def _liger(arch: str, lm: Any) -> str | None:
@@ -179,6 +238,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv", type=int, default=1024, help="prompt tokens before decoding")
     ap.add_argument("--new", type=int, default=17, help="tokens decoded per timing")
     ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--graphs", action="store_true",
+                    help="also decode under CUDA graphs (static cache, reduce-overhead) at the "
+                         "first batch size")
+    ap.add_argument("--device", default="cuda", help="cuda; cpu only to try the script")
+    ap.add_argument("--hw", default=None, help="hardware model to port for (default: detected)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     args.batches = [int(b) for b in args.batches.split(",")]
@@ -187,15 +251,18 @@ def main(argv: list[str] | None = None) -> int:
     import hwmodels
     from harness import env_info
 
-    if not torch.cuda.is_available():
-        print("error: bench.hf_inplace needs a GPU", file=sys.stderr)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("error: no GPU visible; bench.hf_inplace measures on one (--device cpu with "
+              "--size toy only tries the script end to end, its times mean nothing)",
+              file=sys.stderr)
         return 2
-    hw = hwmodels.detect().model
+    hw = hwmodels.get(args.hw) if args.hw else hwmodels.detect().model
     packs, out = Path(args.packs), Path(args.out)
     work = packs.parent
     for d in (packs, out):
         d.mkdir(parents=True, exist_ok=True)
-    meta = {"device": torch.cuda.get_device_name(), "hw_model": hw.name,
+    meta = {"device": torch.cuda.get_device_name() if args.device == "cuda" else "cpu",
+            "hw_model": hw.name,
             "date": dt.date.today().isoformat(), "versions": env_info.versions(),
             "git_rev": os.environ.get("GIT_REV", ""), "args": vars(args), "method": __doc__}
     try:
@@ -205,14 +272,19 @@ def main(argv: list[str] | None = None) -> int:
         pass
     (out / "meta.json").write_text(json.dumps(meta, indent=1, default=str))
     rows: list[dict[str, Any]] = []
+
+    def emit(r: dict[str, Any]) -> None:
+        # each row on disk as it comes: a run cut off at its time limit keeps what it measured
+        print(json.dumps(r, default=str), flush=True)
+        rows.append(r)
+        with (out / "rows.jsonl").open("w") as f:
+            f.writelines(json.dumps(x, default=str) + "\n" for x in rows)
+
     for arch in args.archs.split(","):
         try:
-            rows += run_arch(arch, args, packs, work, hw)
+            run_arch(arch, args, packs, work, hw, emit)
         except Exception as exc:  # noqa: BLE001 - one architecture's failure is a row
-            rows.append({"arch": arch, "kind": "error", "error": f"{type(exc).__name__}: {exc}"})
-            print(rows[-1], flush=True)
-        with (out / "rows.jsonl").open("w") as f:
-            f.writelines(json.dumps(r, default=str) + "\n" for r in rows)
+            emit({"arch": arch, "kind": "error", "error": f"{type(exc).__name__}: {exc}"})
     return 0
 
 
