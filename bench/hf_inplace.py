@@ -130,6 +130,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
     from porter.model.load import build_hf
     from porter.model.profile import profile_model
     from porter.model.rank import combined_gain
+    from porter.patching import PatchError
 
     torch.manual_seed(0)
     wrapper, (ids,), source = build_hf(arch, size=args.size, device=args.device)
@@ -152,7 +153,11 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         compiled = torch.compile(lm)
         t["compile"] = _ms_per_call(prefill(compiled), args.reps)
         dev["compile"] = _device_ms(prefill(compiled))
-    first = result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
+    try:
+        first = result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
+    except PatchError as exc:
+        row("prefill", ms=t, device_ms=dev, patch_error=str(exc))
+        return
     print(result.report(), flush=True)
     replaced = [r.pack_name for r in result.replaced]
     groups = [g for g in prof["groups"] if g["pack_name"] in replaced]

@@ -424,11 +424,44 @@ def _patch_modules(model: torch.nn.Module, dirs: dict[str, Path], example_inputs
         return result
     if not result.check.passed:
         if check:
+            where = _diverging_modules([tm for tm in tms if id(tm) in chosen], chosen)
             result.unpatch()
             raise PatchCheckError(f"the patched model's output differs from the unpatched "
                                   f"model's: max abs error {result.check.max_abs_err:.3g} "
-                                  f"({result.check.tolerance}); the model is left unpatched")
+                                  f"({result.check.tolerance}); {where}; the model is left "
+                                  "unpatched")
     return result
+
+
+def _diverging_modules(tms: Sequence[Any], chosen: dict[int, dict[int, Any]]) -> str:
+    """Which patched modules differ from their own code on the inputs they had in the unpatched
+    forward (each checked as the whole model is: `_compare`, with an fp32 copy of the module as
+    the reference for 16-bit ones): the first place to look when the model's output is off."""
+    import copy
+
+    bad, n = [], 0
+    with torch.no_grad():
+        for tm in tms:
+            mod, args = tm.call.module, tm.call.args
+            got = _flat(mod(*args))
+            want = _flat(type(mod).forward(mod, *args))
+            ref: list[torch.Tensor] = []
+            if any(w.dtype in (torch.float16, torch.bfloat16) for w in want):
+                wide = copy.deepcopy(mod).float()
+                wide.__dict__.pop("forward", None)
+                ref = _flat(wide(*[a.float() if a.is_floating_point() else a for a in args]))
+            n += 1
+            c = _compare(want, got, ref)
+            if not c.passed:
+                packs = ", ".join(sorted({g.pack_name for g in tm.groups
+                                          if g.index in chosen[id(tm)]}))
+                bad.append(f"{tm.call.name} with {packs} (max abs error {c.max_abs_err:.3g}; "
+                           f"{c.tolerance})")
+    if not bad:
+        return (f"each of the {n} patched modules matches its own code on its inputs (the "
+                "difference builds up across them)")
+    return f"{len(bad)} of {n} patched modules differ from their own code: " + ", ".join(
+        bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
 
 
 def _flat(out: Any) -> list[torch.Tensor]:

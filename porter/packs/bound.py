@@ -176,6 +176,14 @@ def _source(t: torch.Tensor, pools: list[tuple[str, list[Any]]]) -> tuple[str, i
     return None
 
 
+def _holds_tensor(a: Any) -> bool:
+    """An argument that is not a tensor but carries one (Triton's host `TensorDescriptor` keeps
+    its `base` tensor), or a tuple/list of such."""
+    if isinstance(a, (tuple, list)):
+        return any(isinstance(x, torch.Tensor) or _holds_tensor(x) for x in a)
+    return any(isinstance(v, torch.Tensor) for v in getattr(a, "__dict__", {}).values())
+
+
 def plan(rec: Recording, inputs: tuple[Any, ...], out: Any) -> Plan | str:
     """The replayable form of a recorded call (`inputs`/`out` are that call's), holding no
     tensor; or why it has none."""
@@ -204,6 +212,12 @@ def plan(rec: Recording, inputs: tuple[Any, ...], out: Any) -> Plan | str:
                             "received nor allocated")
                 where.append((pos, *src))
                 fixed.append(None)
+            elif _holds_tensor(a):
+                # A host TMA descriptor names its tensor's address inside; kept as a fixed
+                # argument, a replay would read the recorded call's tensors (and `same` would
+                # call two calls alike wherever they passed the same tensor objects).
+                return (f"argument {pos} of {launch.kernel.name} is a {type(a).__name__} that "
+                        "holds a tensor (a TMA descriptor), which a replay cannot swap")
             else:
                 fixed.append(a)
         args.append(tuple(fixed))

@@ -88,6 +88,17 @@ def test_what_a_replay_would_skip_is_not_bound() -> None:
     assert "overlap" in str(bound.plan(_recording(k, x), overlap, None))
 
 
+def test_a_tma_descriptor_argument_is_not_bound() -> None:
+    """A host TensorDescriptor holds its tensor: replayed as a fixed argument it would make every
+    later call read the recorded call's tensors (the H200 Llama's MLP did, until this check)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    x = torch.randn(4, 8)
+    rec = _recording(FakeKernel(), x)
+    rec.launches[0].args[0] = TensorDescriptor.from_tensor(x, [4, 8])
+    assert "TensorDescriptor that holds a tensor" in str(bound.plan(rec, (x,), None))
+
+
 def test_a_scalar_that_changes_per_call_is_not_bound() -> None:
     k = FakeKernel()
     x = torch.randn(4, 8)

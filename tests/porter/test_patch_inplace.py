@@ -17,6 +17,7 @@ import porter
 from porter.model import inplace
 from porter.model.load import build_hf
 from porter.model.profile import profile_model
+from porter.patching import PatchCheckError
 from tests.porter.test_patch import _porter
 
 transformers = pytest.importorskip("transformers")
@@ -122,6 +123,26 @@ def test_a_pack_that_ran_its_reference_is_not_called_replaced(packs: Path) -> No
     assert fell and not result.replaced, result.report()
     assert all(v.startswith("reference:") for r in fell for v in r.ran.values())
     assert "fell back" in result.report()
+
+
+def test_a_failed_check_names_the_modules_that_differ(packs: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A norm kernel made wrong on purpose: the check fails, the model is left unpatched, and
+    the error names the norms (and their pack), not the MLPs whose kernels are right."""
+    real = inplace.pack_call
+
+    def broken(packed, op):  # type: ignore[no-untyped-def]
+        call = real(packed, op)
+        return (lambda *a: call(*a) * 1.5) if packed.op.startswith("rmsnorm") else call
+
+    monkeypatch.setattr(inplace, "pack_call", broken)
+    lm, ids = _lm("llama")
+    with pytest.raises(PatchCheckError) as err:
+        porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
+    text = str(err.value)
+    assert "model.layers.0.input_layernorm with rmsnorm_" in text, text
+    assert "mlp" not in text, text
+    assert "forward" not in lm.model.norm.__dict__  # unpatched
 
 
 def test_patched_module_compiles_as_one_graph(packs: Path) -> None:
