@@ -62,6 +62,35 @@ def _ms_per_call(fn: Any, reps: int) -> float:
     return statistics.median(runs)
 
 
+def _host_ms(fn: Any) -> float:
+    """CPU time to issue one call (from the call until it returns, the device not waited for),
+    median of 5: near the call's whole time only where something in it waits for the device."""
+    fn()
+    runs = []
+    for _ in range(5):
+        _sync()
+        t = time.perf_counter()
+        fn()
+        runs.append((time.perf_counter() - t) * 1e3)
+        _sync()
+    return statistics.median(runs)
+
+
+def _host_top(fn: Any, n: int = 8) -> list[tuple[str, float]]:
+    """The `n` ops with the most CPU time of their own in one profiled call (us): where a
+    call's host time goes."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+
+    fn()
+    _sync()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+        _sync()
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)[:n]
+    return [(e.key, round(e.self_cpu_time_total, 1)) for e in ops]
+
+
 def _device_ms(fn: Any) -> float | None:
     """Device time of one call: the sum of the GPU kernels' times in a profiler trace (no
     launch gaps, no Python), median of 3 calls."""
@@ -149,6 +178,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
     with torch.no_grad():
         t = {"eager": _ms_per_call(prefill(lm), args.reps)}
         dev = {"eager": _device_ms(prefill(lm))}
+        host = {"eager": _host_ms(prefill(lm))}
         torch._dynamo.reset()
         compiled = torch.compile(lm)
         t["compile"] = _ms_per_call(prefill(compiled), args.reps)
@@ -165,47 +195,62 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
     with torch.no_grad():
         t["patched"] = _ms_per_call(prefill(lm), args.reps)
         dev["patched"] = _device_ms(prefill(lm))
+        host["patched"] = _host_ms(prefill(lm))
+        host_top = {"eager": None, "patched": _host_top(prefill(lm))}
         torch._dynamo.reset()
         compiled = torch.compile(lm)
         t["patched_compile"] = _ms_per_call(prefill(compiled), args.reps)
         dev["patched_compile"] = _device_ms(prefill(compiled))
-    row("prefill", ms=t, device_ms=dev, speedup_patched_vs_eager=t["eager"] / t["patched"],
+    row("prefill", ms=t, device_ms=dev, host_issue_ms=host, host_top_us=host_top,
+        device_speedup_patched_vs_eager=dev["eager"] / dev["patched"] if dev["patched"] else None,
+        speedup_patched_vs_eager=t["eager"] / t["patched"],
         speedup_patched_compile_vs_compile=t["compile"] / t["patched_compile"],
         predicted_vs_eager=predicted,
         replaced=[{"pack": r.pack_name, "status": r.status, "places": r.places,
                    "reason": r.reason, "ran": r.ran} for r in first.replacements],
         untouched=first.untouched.describe() if first.untouched else None,
         check=first.check.tolerance if first.check else None)
-    # Decode: the same prompt patched, then unpatched (the patch taken off), then patched again
-    # for the next setting; the patch's judging is not redone (judge=False).
+    # Decode: patched and unpatched in turn, `--rounds` times, on the same prompt; toggled by
+    # swapping the patched forwards in and out (no re-patching between rounds).
+    swapped = [(p.module, p.module.__dict__["forward"], p.forward) for p in result.patched]
+
+    def use(patched: bool) -> None:
+        for m, ours, own in swapped:
+            if patched:
+                m.forward = ours
+            elif own is None:
+                m.__dict__.pop("forward", None)
+            else:
+                m.forward = own
+        # Hugging Face keeps its compiled decode step (static cache) on the model
+        lm.__dict__.pop("_compiled_call", None)
+        torch._dynamo.reset()
+
     settings = [("eager", b, {}) for b in args.batches]
     if args.graphs and args.device == "cuda":
+        # a static KV cache: generate() compiles its decode step with CUDA graphs itself
+        # (transformers' auto-compile, CompileConfig's mode "reduce-overhead")
         settings += [("cuda_graphs", b, {"cache_implementation": "static"})
                      for b in args.batches[:1]]
     for mode, b, gen_kw in settings:
         prompt = torch.randint(0, 200, (b, args.kv), device=args.device,
                                generator=torch.Generator(args.device).manual_seed(b))
-        timed = {}
-        for state in ("patched", "unpatched"):
-            if state == "unpatched":
-                result.unpatch()
-            if mode == "cuda_graphs":
-                # Hugging Face's recipe: a static KV cache and the forward compiled with
-                # CUDA graphs (`reduce-overhead`).
-                torch._dynamo.reset()
-                lm.forward = torch.compile(type(lm).forward.__get__(lm), mode="reduce-overhead")
-            try:
-                timed[state] = _decode_ms(lm, prompt, args.new, **gen_kw)
-            finally:
-                lm.__dict__.pop("forward", None)
-        agree = float((timed["patched"][1][:, args.kv:] ==
-                       timed["unpatched"][1][:, args.kv:]).float().mean())
+        per: dict[str, list[float]] = {"patched": [], "unpatched": []}
+        toks: dict[str, Any] = {}
+        rounds = 1 if mode == "cuda_graphs" else args.rounds  # a toggle recompiles there
+        for _ in range(rounds):
+            for state in ("patched", "unpatched"):
+                use(state == "patched")
+                ms, toks[state] = _decode_ms(lm, prompt, args.new, **gen_kw)
+                per[state].append(ms)
+        use(True)
+        agree = float((toks["patched"][:, args.kv:] ==
+                       toks["unpatched"][:, args.kv:]).float().mean())
+        unp, pat = statistics.median(per["unpatched"]), statistics.median(per["patched"])
         row("decode", mode=mode, batch=b, kv=args.kv, new_tokens=args.new,
-            unpatched_ms_per_token=timed["unpatched"][0],
-            patched_ms_per_token=timed["patched"][0],
-            speedup=timed["unpatched"][0] / timed["patched"][0],
+            unpatched_ms_per_token=unp, patched_ms_per_token=pat, speedup=unp / pat,
+            rounds={k: [round(x, 4) for x in v] for k, v in per.items()},
             greedy_token_agreement=agree)
-        result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True, judge=False)
     result.unpatch()
     try:
         liger = _liger(arch, lm)
@@ -243,6 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kv", type=int, default=1024, help="prompt tokens before decoding")
     ap.add_argument("--new", type=int, default=17, help="tokens decoded per timing")
     ap.add_argument("--batches", default="1,16")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="decode: patched and unpatched timed in turn this many times")
     ap.add_argument("--graphs", action="store_true",
                     help="also decode under CUDA graphs (static cache, reduce-overhead) at the "
                          "first batch size")
