@@ -179,6 +179,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         t = {"eager": _ms_per_call(prefill(lm), args.reps)}
         dev = {"eager": _device_ms(prefill(lm))}
         host = {"eager": _host_ms(prefill(lm))}
+        host_top = {"eager": _host_top(prefill(lm))}
         torch._dynamo.reset()
         compiled = torch.compile(lm)
         t["compile"] = _ms_per_call(prefill(compiled), args.reps)
@@ -196,7 +197,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         t["patched"] = _ms_per_call(prefill(lm), args.reps)
         dev["patched"] = _device_ms(prefill(lm))
         host["patched"] = _host_ms(prefill(lm))
-        host_top = {"eager": None, "patched": _host_top(prefill(lm))}
+        host_top["patched"] = _host_top(prefill(lm))
         torch._dynamo.reset()
         compiled = torch.compile(lm)
         t["patched_compile"] = _ms_per_call(prefill(compiled), args.reps)
@@ -276,6 +277,70 @@ def _liger(arch: str, lm: Any) -> str | None:
     return f"{fn.__name__}(model=..., cross_entropy=False, fused_linear_cross_entropy=False)"
 
 
+def summarize(out: Path) -> str:
+    """SUMMARY.md's tables from `out`'s rows.jsonl and meta.json (what a run measured, nothing
+    typed in)."""
+    meta = json.loads((out / "meta.json").read_text())
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines() if line]
+    v = meta["versions"]
+    lines = [f"# Hugging Face models patched in place: {meta['device']}, {meta['date']}", "",
+             f"torch {v.get('torch')}, triton {v.get('triton')}, transformers "
+             f"{v.get('transformers')}, driver {v.get('driver')}; git {meta.get('git_rev')}; "
+             f"`python -m bench.hf_inplace {' '.join(_argv(meta['args']))}`. Method: "
+             "bench/hf_inplace.py's docstring (meta.json holds it).", "",
+             "## Prefill (call time: back to back from Python, until the GPU is done; device "
+             "time: the profiler's sum of kernel times)", "",
+             "| arch | eager ms | compile ms | patched ms | patched+compile ms | Liger ms | "
+             "patched / eager | patched+compile / compile | Liger / eager | device time: "
+             "patched / eager | predicted | replaced |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    liger = {r["arch"]: r for r in rows if r["kind"] == "prefill_liger" and "ms" in r}
+    for r in rows:
+        if r["kind"] != "prefill" or "speedup_patched_vs_eager" not in r:
+            continue
+        t, lg = r["ms"], liger.get(r["arch"])
+        rep = ", ".join(f"{x['pack']} x{x['places']}" for x in r["replaced"]
+                        if x["status"] == "replaced")
+        lines.append(f"| {r['arch']} | {t['eager']:.2f} | {t['compile']:.2f} | "
+                     f"{t['patched']:.2f} | {t['patched_compile']:.2f} | "
+                     + (f"{lg['ms']:.2f} | " if lg else "- | "))
+        lines[-1] += (f"{r['speedup_patched_vs_eager']:.3f}x | "
+                      f"{r['speedup_patched_compile_vs_compile']:.3f}x | "
+                      + (f"{lg['speedup_vs_eager']:.3f}x | " if lg else "- | ")
+                      + (f"{r['device_speedup_patched_vs_eager']:.3f}x | "
+                         if r.get("device_speedup_patched_vs_eager") else "- | ")
+                      + f"{r['predicted_vs_eager']:.3f}x | {rep} |")
+    lines += ["", "## Decode (`generate()` greedy, ms per new token; patched and unpatched "
+              "timed in turn, median over the rounds)", "",
+              "| arch | mode | batch | KV tokens | unpatched | patched | unpatched / patched | "
+              "rounds | greedy tokens agree |", "| --- | --- | --- | --- | --- | --- | --- | --- "
+              "| --- |"]
+    for r in rows:
+        if r["kind"] == "decode":
+            lines.append(f"| {r['arch']} | {r['mode']} | {r['batch']} | {r['kv']} | "
+                         f"{r['unpatched_ms_per_token']:.2f} | {r['patched_ms_per_token']:.2f} | "
+                         f"{r['speedup']:.3f}x | {len(r['rounds']['patched'])} | "
+                         f"{r['greedy_token_agreement']:.0%} |")
+    errors = [r for r in rows if r["kind"] == "error" or "patch_error" in r or "error" in r]
+    if errors:
+        lines += ["", "## Errors", ""] + [f"- {r['arch']} {r['kind']}: "
+                                          f"{(r.get('error') or r.get('patch_error'))[:300]}"
+                                          for r in errors]
+    return "\n".join(lines) + "\n"
+
+
+def _argv(args: dict[str, Any]) -> list[str]:
+    skip = {"out", "packs", "device", "hw"}
+    out = []
+    for k, val in args.items():
+        if k in skip or val in (None, False):
+            continue
+        flag = "--" + k.replace("_", "-")
+        out += [flag] if val is True else [flag, ",".join(map(str, val))
+                                           if isinstance(val, list) else str(val)]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.hf_inplace",
                                  description=__doc__.split("\n\n")[0])
@@ -296,7 +361,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cuda", help="cuda; cpu only to try the script")
     ap.add_argument("--hw", default=None, help="hardware model to port for (default: detected)")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--summarize", action="store_true",
+                    help="only write --out's SUMMARY.md from its rows.jsonl and meta.json")
     args = ap.parse_args(argv)
+    if args.summarize:
+        (Path(args.out) / "SUMMARY.md").write_text(summarize(Path(args.out)))
+        print(Path(args.out) / "SUMMARY.md")
+        return 0
     args.batches = [int(b) for b in args.batches.split(",")]
     import torch
 
