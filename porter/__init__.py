@@ -19,7 +19,7 @@ __all__ = ["PackedOp", "load_pack", "patch"]
 
 def __getattr__(name: str) -> Any:
     if name in ("load_pack", "PackedOp"):
-        from porter import loader
+        from porter.packs import loader
 
         return getattr(loader, name)
     if name == "patch":

@@ -27,7 +27,7 @@ from porter.errors import PorterError
 log = logging.getLogger(__name__)
 
 # Under the interpreter a shape is reduced to at most this many rows and this row width, keeping
-# its rank and the power-of-two-ness of the width (as porter.spec.default_interpret_shapes).
+# its rank and the power-of-two-ness of the width (as porter.specs.opspec.default_interpret_shapes).
 INTERPRET_MAX_ROWS = 16
 INTERPRET_MAX_WIDTH = 1024
 

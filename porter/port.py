@@ -3,7 +3,7 @@
 `port()` loads the spec, generates the op (`generate_op`), opens the run (`porter.session`:
 ledger, results store, budget), runs the team of six roles over every target
 (`porter.loop.run_target`: plan, search, write, judge, debug, profile, keep or revert) and
-writes the pack (`porter.pack.write_pack`). Per target the run folder gets tuning_plan.json,
+writes the pack (`porter.packs.writer.write_pack`). Per target the run folder gets tuning_plan.json,
 candidates.json, kernel.py / kernel.metal, bench_results.csv, debug_report.json (+
 kernel_fixed.py when the Debugger fixed something), profile_report.json and roles.jsonl.
 
@@ -153,7 +153,8 @@ def port(
             default PORTER_DEVICE_DEADLINE_S, else scaled with the work (`scaled_deadline_s`).
         verbose: pass one line per candidate to `progress` (else one per shape/dtype unit).
         replace_pack: replace an existing pack of the op wholesale instead of merging into it
-            (`porter.pack.write_pack`'s `replace`; named so it does not hide dataclasses.replace).
+            (`porter.packs.writer.write_pack`'s `replace`; named so it does not hide
+            dataclasses.replace).
         team: who plays each role (`porter.roles.Team`); default the offline rules team.
         allow_generated: False: where the spec names a kernel, only that kernel is a candidate
             (the generated one is not tried, so it never stands in; `porter.user_report`).

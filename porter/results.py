@@ -1,5 +1,5 @@
 """What a port returns: per target the kept kernel of each shape bucket and dtype, with its
-evidence; the pack writer (`porter.pack`) turns it into a pack."""
+evidence; the pack writer (`porter.packs.writer`) turns it into a pack."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ class BucketChoice:
     dtype: str
     shape: tuple[int, ...]
     config: dict[str, Any]
-    source: str  # the module (Triton) or Metal source with the config baked in
+    source: str  # the Triton module (config given at launch) or Metal source (config baked in)
     tier: str
     numbers: dict[str, Any] = field(default_factory=dict)
     origin: str = "generated"  # "generated" (porter.codegen) | "existing" (the spec's kernel)

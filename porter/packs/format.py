@@ -5,9 +5,15 @@ Layout written by `write_pack(result, out_dir)`:
     <out_dir>/<op>/
         manifest.yaml                 evidence per entry (see below) + sha256 of every file
         reference.py                  the reference (a copy of the spec / KernelBench file)
-        nvidia/<target>/<op>_<bucket>_<dtype>.py     generated Triton module, config baked in
-        amd/<target>/<op>_<bucket>_<dtype>.py
-        apple/<target>/<op>_<bucket>_<dtype>.metal   Metal source (emitted, or emulated on the CPU)
+        nvidia/<target>/<op>.<sha12>.py     generated Triton module (its config is the bucket's,
+                                            in the manifest, passed at launch)
+        amd/<target>/<op>.<sha12>.py
+        apple/<target>/<op>.<sha12>.metal   Metal source, config baked in (emitted, or emulated
+                                            on the CPU)
+
+Each kernel file is named by the first 12 hex digits of its content's sha256: the buckets whose
+source is the same share one file. Packs written before this (one file per bucket and dtype,
+`<op>_<bucket>_<dtype>.py`) load as they are: the loader follows each bucket's `file`.
 
 A *shape bucket* names a family of input shapes that share one tuned config: the first tensor
 input's leading dimensions are collapsed into one and every dimension is rounded up to a power of

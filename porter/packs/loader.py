@@ -15,13 +15,13 @@ dtype, and runs that kernel. It never silently runs a kernel that was not verifi
   on that executor). Where MPS is missing, the reference runs, with one warning.
 
 Loading a pack executes its Python, as installing a package does, so the pack is checked whole
-when it is loaded (porter.pack's integrity rule): every manifest path must lie inside the pack and
-every file must have the manifest's sha256 (optionally, the manifest itself a pinned sha256). A
-pack that fails is *tampered* and refused with `PackIntegrityError` naming the file, even when the
-file belongs to another device's entry: a changed file is an attack or a corruption, never a
-reason to fall back to the reference. Each file is read once; its verified bytes are what runs
-(compiled into a fresh module, and the text Triton reads through `inspect` is the same bytes), so
-a file changed on disk after loading is never used.
+when it is loaded (porter.packs.format's integrity rule): every manifest path must lie inside the
+pack and every file must have the manifest's sha256 (optionally, the manifest itself a pinned
+sha256). A pack that fails is *tampered* and refused with `PackIntegrityError` naming the file,
+even when the file belongs to another device's entry: a changed file is an attack or a
+corruption, never a reason to fall back to the reference. Each file is read once; its verified
+bytes are what runs (compiled into a fresh module, and the text Triton reads through `inspect` is
+the same bytes), so a file changed on disk after loading is never used.
 
 The reference runs instead of a kernel only when the (intact) pack has no usable entry for the
 call: none for the device, none that reached the interpreted tier, or no config for the dtype or
@@ -704,7 +704,7 @@ class PackedOp:
                                 "manifest's reference.function names")
             self._reference_module = module
             return getattr(module, function)
-        from porter.spec import load_spec
+        from porter.specs import load_spec
 
         # A KernelBench file goes through load_spec, which reads its file by path: give it the
         # verified bytes in a private folder, never the pack's file again.

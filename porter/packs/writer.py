@@ -1,4 +1,4 @@
-"""Writing a pack from a port's result: one file per kept kernel, the reference, the manifest with
+"""Writing a pack from a port's result: one file per distinct kernel source (named by its content),
 every file's sha256; merged into an existing pack of the same op (other targets kept and
 re-verified) or replacing it, swapped in whole."""
 
@@ -139,7 +139,10 @@ def _write_locked(result: PortResult, root: Path, replace: bool) -> WrittenPack:
         # A JSON round trip turns str subclasses (torch's TorchVersion), tuples and paths into
         # plain YAML-safe values.
         manifest = json.loads(json.dumps(manifest, default=str))
-        (staging / MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False, width=100))
+        # Leaf mappings and lists on one line each (a bucket's config, shape and numbers): a
+        # reviewer reads a bucket in a few lines instead of a screen.
+        (staging / MANIFEST).write_text(yaml.safe_dump(manifest, sort_keys=False, width=100,
+                                                       default_flow_style=None))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -202,9 +205,13 @@ def _write_entry(staging: Path, result: PortResult, tr: Any,
     buckets: list[dict[str, Any]] = []
     for choice in tr.choices:
         ext = ".metal" if _language(tr.backend) == "metal" else ".py"
-        rel = folder / f"{result.op}_{choice.bucket}_{choice.dtype}{ext}"
-        (staging / rel).parent.mkdir(parents=True, exist_ok=True)
-        (staging / rel).write_text(choice.source)
+        # Named by content: buckets whose kernel module is the same (the config lives in the
+        # manifest, not the source) share one file, so a reviewer reads each source once.
+        data = choice.source.encode()
+        rel = folder / f"{result.op}.{sha256_bytes(data)[:12]}{ext}"
+        if not (staging / rel).exists():
+            (staging / rel).parent.mkdir(parents=True, exist_ok=True)
+            (staging / rel).write_bytes(data)
         buckets.append(
             {
                 "bucket": choice.bucket,

@@ -32,7 +32,7 @@ Two kinds of file are accepted, told apart by what they define:
    A launcher is called as ``launcher(*inputs, out=out)`` (the judge's out contract).
 
 2. A **KernelBench problem file**, unmodified (``Model``, ``get_inputs``,
-   ``get_init_inputs``); see `porter.kernelbench`.
+   ``get_init_inputs``); see `porter.specs.kernelbench`.
 
 Every problem with a file is a `SpecError` naming the file and what is wrong.
 """

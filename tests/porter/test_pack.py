@@ -66,6 +66,29 @@ def test_layout_and_manifest(tmp_path: Path) -> None:
     assert m["fusion"]["bytes_saved"] == 1024 and m["versions"]["torch"] == "x"
 
 
+def test_each_distinct_kernel_source_is_one_file_named_by_its_content(tmp_path: Path) -> None:
+    """Buckets whose source is the same (a Triton module takes its config at launch) share one
+    file `<op>.<sha12>.py`; the manifest's buckets point to it, the loader follows them."""
+    from dataclasses import replace
+
+    import porter
+
+    result = port_result(tmp_path, targets=("h100",))
+    (h100,) = result.targets
+    same = h100.choices[0].source
+    result = replace(result, targets=(replace(h100, choices=tuple(
+        replace(c, source=same) for c in h100.choices)),))
+    pack = write_pack(result, tmp_path / "packs").path
+    m = read_manifest(pack)
+    digest = hashlib.sha256(same.encode()).hexdigest()
+    assert set(m["files"]) == {"reference.py", f"nvidia/h100/rmsnorm_t.{digest[:12]}.py"}
+    buckets = m["entries"][0]["buckets"]
+    assert len(buckets) == 3 and {b["file"] for b in buckets} == {f"nvidia/h100/rmsnorm_t."
+                                                                  f"{digest[:12]}.py"}
+    op = porter.load_pack(pack, device="h100")
+    assert op.reference is not None and verify_pack(pack).ok
+
+
 def test_rewrite_replaces_the_old_pack(tmp_path: Path) -> None:
     pack = make_pack(tmp_path)
     (pack / "stale.txt").write_text("left over")
