@@ -227,6 +227,9 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         lm.__dict__.pop("_compiled_call", None)
         torch._dynamo.reset()
 
+    def active() -> int:  # the patched forwards in place now
+        return sum(m.__dict__.get("forward") is ours for m, ours, _ in swapped)
+
     settings = [("eager", b, {}) for b in args.batches]
     if args.graphs and args.device == "cuda":
         # a static KV cache: generate() compiles its decode step with CUDA graphs itself
@@ -238,10 +241,12 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
                                generator=torch.Generator(args.device).manual_seed(b))
         per: dict[str, list[float]] = {"patched": [], "unpatched": []}
         toks: dict[str, Any] = {}
+        in_turn: dict[str, int] = {}
         rounds = 1 if mode == "cuda_graphs" else args.rounds  # a toggle recompiles there
         for _ in range(rounds):
             for state in ("patched", "unpatched"):
                 use(state == "patched")
+                in_turn[state] = active()
                 ms, toks[state] = _decode_ms(lm, prompt, args.new, **gen_kw)
                 per[state].append(ms)
         use(True)
@@ -251,6 +256,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         row("decode", mode=mode, batch=b, kv=args.kv, new_tokens=args.new,
             unpatched_ms_per_token=unp, patched_ms_per_token=pat, speedup=unp / pat,
             rounds={k: [round(x, 4) for x in v] for k, v in per.items()},
+            patched_modules_in_turn=in_turn,
             greedy_token_agreement=agree)
     result.unpatch()
     try:

@@ -44,8 +44,10 @@ def test_cpu_dry_run_writes_rows_and_its_summary(tmp_path: Path) -> None:
     status = {x["pack"]: x["status"] for x in prefill["replaced"]}
     assert sorted(status.values()) == ["no pack", "replaced"], status  # the top one was ported
     decode = next(r for r in rows if r["kind"] == "decode")
-    # the unpatched turn really is unpatched: the interpreted kernel is far slower than eager
-    assert decode["unpatched_ms_per_token"] < decode["patched_ms_per_token"], decode
+    # the unpatched turn really ran the model's own forwards, the patched one ours (5 norms, 2 MLPs
+    # minus the group not ported: 5 or 7)
+    turns = decode["patched_modules_in_turn"]
+    assert turns["unpatched"] == 0 and turns["patched"] >= 5, turns
     assert decode["greedy_token_agreement"] == 1.0
 
     res = subprocess.run([*run, "--summarize"], capture_output=True, text=True, env=env,
