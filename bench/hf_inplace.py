@@ -156,6 +156,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
     import torch
 
     import porter
+    from porter.model.inplace import restore
     from porter.model.load import build_hf
     from porter.model.profile import profile_model
     from porter.model.rank import combined_gain
@@ -185,7 +186,7 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         t["compile"] = _ms_per_call(prefill(compiled), args.reps)
         dev["compile"] = _device_ms(prefill(compiled))
     try:
-        first = result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
+        result = porter.patch(lm, packs, example_inputs=(ids,), inplace=True)
     except PatchError as exc:
         row("prefill", ms=t, device_ms=dev, patch_error=str(exc))
         return
@@ -208,27 +209,25 @@ def run_arch(arch: str, args: argparse.Namespace, packs: Path, work: Path, hw: A
         speedup_patched_compile_vs_compile=t["compile"] / t["patched_compile"],
         predicted_vs_eager=predicted,
         replaced=[{"pack": r.pack_name, "status": r.status, "places": r.places,
-                   "reason": r.reason, "ran": r.ran} for r in first.replacements],
-        untouched=first.untouched.describe() if first.untouched else None,
-        check=first.check.tolerance if first.check else None)
+                   "reason": r.reason, "ran": r.ran} for r in result.replacements],
+        untouched=result.untouched.describe() if result.untouched else None,
+        check=result.check.tolerance if result.check else None)
     # Decode: patched and unpatched in turn, `--rounds` times, on the same prompt; toggled by
     # swapping the patched forwards in and out (no re-patching between rounds).
-    swapped = [(p.module, p.module.__dict__["forward"], p.forward) for p in result.patched]
+    swapped = [(p.module, p.module.__dict__["forward"]) for p in result.patched]
 
     def use(patched: bool) -> None:
-        for m, ours, own in swapped:
-            if patched:
+        if patched:
+            for m, ours in swapped:
                 m.forward = ours
-            elif own is None:
-                m.__dict__.pop("forward", None)
-            else:
-                m.forward = own
+        else:
+            restore(result.patched)
         # Hugging Face keeps its compiled decode step (static cache) on the model
         lm.__dict__.pop("_compiled_call", None)
         torch._dynamo.reset()
 
     def active() -> int:  # the patched forwards in place now
-        return sum(m.__dict__.get("forward") is ours for m, ours, _ in swapped)
+        return sum(m.__dict__.get("forward") is ours for m, ours in swapped)
 
     settings = [("eager", b, {}) for b in args.batches]
     if args.graphs and args.device == "cuda":

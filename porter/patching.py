@@ -439,7 +439,7 @@ def _diverging_modules(tms: Sequence[Any], chosen: dict[int, dict[int, Any]]) ->
     the reference for 16-bit ones): the first place to look when the model's output is off."""
     import copy
 
-    bad, n = [], 0
+    bad = []
     with torch.no_grad():
         for tm in tms:
             mod, args = tm.call.module, tm.call.args
@@ -450,7 +450,6 @@ def _diverging_modules(tms: Sequence[Any], chosen: dict[int, dict[int, Any]]) ->
                 wide = copy.deepcopy(mod).float()
                 wide.__dict__.pop("forward", None)
                 ref = _flat(wide(*[a.float() if a.is_floating_point() else a for a in args]))
-            n += 1
             c = _compare(want, got, ref)
             if not c.passed:
                 packs = ", ".join(sorted({g.pack_name for g in tm.groups
@@ -458,9 +457,9 @@ def _diverging_modules(tms: Sequence[Any], chosen: dict[int, dict[int, Any]]) ->
                 bad.append(f"{tm.call.name} with {packs} (max abs error {c.max_abs_err:.3g}; "
                            f"{c.tolerance})")
     if not bad:
-        return (f"each of the {n} patched modules matches its own code on its inputs (the "
+        return (f"each of the {len(tms)} patched modules matches its own code on its inputs (the "
                 "difference builds up across them)")
-    return f"{len(bad)} of {n} patched modules differ from their own code: " + ", ".join(
+    return f"{len(bad)} of {len(tms)} patched modules differ from their own code: " + ", ".join(
         bad[:3]) + (f" (+{len(bad) - 3} more)" if len(bad) > 3 else "")
 
 
