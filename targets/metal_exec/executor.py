@@ -7,8 +7,11 @@ threadgroups=(gx, gy, gz), threads=(tx, ty, tz))` dispatches it like
 `dispatchThreadgroups:threadsPerThreadgroup:` does: every threadgroup's threads run as fibers, a
 SIMD-group is 32 threads. `args` are in buffer-index order: a CPU tensor for a pointer
 parameter (its dtype must be the parameter's element type), a Python number for a
-`constant T&` one. A broken rule (an out-of-bounds access, a race on threadgroup memory, a
-barrier not every thread reaches) raises `MetalExecError` with the runtime's message.
+`constant T&` one (an `atomic_int*` / `atomic_uint*` buffer takes an int32 tensor, an
+`atomic_float*` one a float32 tensor). A broken rule (an out-of-bounds access, a race on
+threadgroup memory, a barrier not every thread reaches, a spin-wait on another thread) raises
+`MetalExecError` with the runtime's message. `fast::` math carries the error Apple documents
+(metal_stdlib.h, `porter_rt::fm`); unqualified math is computed as the precise variant.
 """
 
 from __future__ import annotations
@@ -48,6 +51,9 @@ _TYPES: dict[str, tuple[torch.dtype, str]] = {
     "ulong": (torch.int64, "Q"), "short": (torch.int16, "h"), "ushort": (torch.int16, "H"),
     "char": (torch.int8, "b"), "uchar": (torch.uint8, "B"), "bool": (torch.bool, "?"),
     "int32_t": (torch.int32, "i"), "uint32_t": (torch.int32, "I"), "int64_t": (torch.int64, "q"),
+    # an atomic buffer is a tensor of its value type
+    "atomic_int": (torch.int32, "i"), "atomic_uint": (torch.int32, "I"),
+    "atomic_float": (torch.float32, "f"),
 }
 _VECTOR = {"float4": "float", "float2": "float", "half4": "half", "half2": "half",
            "bfloat4": "bfloat", "bfloat2": "bfloat"}

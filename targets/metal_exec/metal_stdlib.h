@@ -155,6 +155,9 @@ struct Thread {
     State st;
     uint32_t tid;  // linear index in the threadgroup
     uint32_t pos[3];  // thread_position_in_threadgroup
+    // consecutive atomic reads of one address that found it unchanged (a spin-wait, see atomics)
+    uint64_t spins;
+    const void* spin_at;
     // the pending collective
     int op;
     unsigned size;
@@ -192,6 +195,19 @@ struct Pending {
     const char* name;
     long long idx;
     uint32_t reader;
+    long long d1, d2;
+};
+
+// "tile[3][7]" for element k of a threadgroup array whose inner dimensions are d1 and d2 (0 when
+// it has fewer): race and uninitialized-read messages name the element as the source indexes it.
+struct Label {
+    char s[96];
+    Label(const char* name, long long k, long long d1, long long d2) {
+        if (d1 == 0) std::snprintf(s, sizeof s, "%s[%lld]", name, k);
+        else if (d2 == 0) std::snprintf(s, sizeof s, "%s[%lld][%lld]", name, k / d1, k % d1);
+        else std::snprintf(s, sizeof s, "%s[%lld][%lld][%lld]", name, k / (d1 * d2),
+                           (k / d2) % d1, k % d2);
+    }
 };
 
 struct Group {
@@ -252,7 +268,8 @@ struct tg_ref {
     T* p;
     Shadow* s;
     const char* name;
-    long long idx;
+    long long idx;  // in the whole array, row-major
+    long long d1 = 0, d2 = 0;  // the array's inner dimensions, to name the element
 
     void check_read() const {
         Group* g = current();
@@ -264,30 +281,31 @@ struct tg_ref {
             if (s->pend_reader == 0) {
                 s->pend_reader = t->tid + 1;
                 s->pend_epoch = g->epoch;
-                g->pending.push_back(Pending{s, name, idx, t->tid});
+                g->pending.push_back(Pending{s, name, idx, t->tid, d1, d2});
             }
             return;
         }
         if (s->writer != t->tid && s->epoch == g->epoch) {
             bool same_sg = s->writer / SIMD_WIDTH == t->tid / SIMD_WIDTH;
             if (!same_sg || s->sepoch == g->sepoch[t->tid / SIMD_WIDTH])
-                fail("data race on threadgroup memory %s[%lld]: written by thread %u and read by "
-                     "thread %u with no threadgroup_barrier between (missing barrier)", name, idx,
-                     s->writer, t->tid);
+                fail("data race on threadgroup memory %s: written by thread %u and read by "
+                     "thread %u with no threadgroup_barrier between (missing barrier)",
+                     Label(name, idx, d1, d2).s, s->writer, t->tid);
         }
     }
     void note_write() const {
         Group* g = current();
         Thread* t = g->cur;
         if (s->pend_reader != 0 && s->pend_epoch == g->epoch && s->pend_reader - 1 != t->tid)
-            fail("data race on threadgroup memory %s[%lld]: read by thread %u before thread %u "
-                 "wrote it, with no threadgroup_barrier between (missing barrier)", name, idx,
-                 s->pend_reader - 1, t->tid);
+            fail("data race on threadgroup memory %s: read by thread %u before thread %u "
+                 "wrote it, with no threadgroup_barrier between (missing barrier)",
+                 Label(name, idx, d1, d2).s, s->pend_reader - 1, t->tid);
         if (s->init && s->writer != t->tid && s->epoch == g->epoch) {
             bool same_sg = s->writer / SIMD_WIDTH == t->tid / SIMD_WIDTH;
             if (!same_sg || s->sepoch == g->sepoch[t->tid / SIMD_WIDTH])
-                fail("data race on threadgroup memory %s[%lld]: written by threads %u and %u with "
-                     "no threadgroup_barrier between", name, idx, s->writer, t->tid);
+                fail("data race on threadgroup memory %s: written by threads %u and %u with "
+                     "no threadgroup_barrier between", Label(name, idx, d1, d2).s, s->writer,
+                     t->tid);
         }
         s->writer = t->tid;
         s->epoch = g->epoch;
@@ -330,31 +348,68 @@ struct tg_ptr {
     template <class I> tg_ptr operator-(I i) const { return tg_ptr{data, sh, n, off - (long long)i, name}; }
 };
 
-template <class T, long long N>
+// A threadgroup array of one to three dimensions, or one row (plane) of a larger one: each index
+// is checked against its own dimension, so tile[r][33] of a float tile[32][33] is an error even
+// though the flat element exists (on the GPU it would silently be tile[r + 1][0]).
+template <class T, long long N, long long... Rest>
 struct tg_array {
-    T* data;
+    static constexpr long long STRIDE = (1LL * ... * Rest);  // elements per index of this dimension
+    T* data;  // the allocation
     Shadow* sh;
     const char* name;
-    template <class I> tg_ref<T> operator[](I i) const { return tg_ptr<T>{data, sh, N, 0, name}[i]; }
-    operator tg_ptr<T>() const { return tg_ptr<T>{data, sh, N, 0, name}; }
-    template <class I> tg_ptr<T> operator+(I i) const { return tg_ptr<T>{data, sh, N, (long long)i, name}; }
+    long long off;  // where this (sub)array starts in the allocation
+    int dim;  // 0 for the array itself, 1 for a row of it, ...
+    long long dims[3];  // the whole array's dimensions (0: none)
+
+    template <class I> auto operator[](I i) const {
+        long long k = (long long)i;
+        if (k < 0 || k >= N) {
+            if (dims[1] == 0)  // one-dimensional: the wording the 1-D checks always had
+                fail("threadgroup array %s[%lld] indexed at %lld: out of bounds (a threadgroup "
+                     "array smaller than the threads that write it?)", name, N, k);
+            char shape[64];
+            int used = 0;
+            for (int d = 0; d < 3 && dims[d]; ++d)
+                used += std::snprintf(shape + used, sizeof shape - used, "[%lld]", dims[d]);
+            fail("threadgroup array %s%s indexed at %lld in dimension %d: out of bounds",
+                 name, shape, k, dim + 1);
+        }
+        if constexpr (sizeof...(Rest) == 0) {
+            return tg_ref<T>{data + off + k, sh + off + k, name, off + k, dims[1], dims[2]};
+        } else {
+            return tg_array<T, Rest...>{data, sh, name, off + k * STRIDE, dim + 1,
+                                        {dims[0], dims[1], dims[2]}};
+        }
+    }
+    // the last dimension decays to a pointer, bounded by it (a row of a 2-D array is one row)
+    template <long long M = sizeof...(Rest), class = typename std::enable_if<M == 0>::type>
+    operator tg_ptr<T>() const { return tg_ptr<T>{data + off, sh + off, N, 0, name}; }
+    template <class I, long long M = sizeof...(Rest), class = typename std::enable_if<M == 0>::type>
+    tg_ptr<T> operator+(I i) const { return tg_ptr<T>{data + off, sh + off, N, (long long)i, name}; }
 };
 
-template <class T, long long N>
-tg_array<T, N> tg_decl(int site, const char* name) {
+template <class T, long long... Dims>
+tg_array<T, Dims...> tg_decl(int site, const char* name) {
+    static_assert(sizeof...(Dims) >= 1 && sizeof...(Dims) <= 3, "1 to 3 dimensions");
+    const long long n = (1LL * ... * Dims);
+    const long long shape[3] = {Dims...};
+    tg_array<T, Dims...> a{nullptr, nullptr, name, 0, 0, {shape[0], 0, 0}};
+    for (size_t d = 1; d < sizeof...(Dims); ++d) a.dims[d] = shape[d];
     Group* g = current();
-    for (auto& a : g->allocs)
-        if (a.site == site) return tg_array<T, N>{(T*)a.data, a.shadow, name};
-    size_t bytes = sizeof(T) * size_t(N);
+    for (auto& al : g->allocs)
+        if (al.site == site) { a.data = (T*)al.data; a.sh = al.shadow; return a; }
+    size_t bytes = sizeof(T) * size_t(n);
     g->tg_bytes += bytes;
     if (g->tg_limit && g->tg_bytes > g->tg_limit)
         fail("threadgroup memory %zu bytes (with %s[%lld]) > the device's %zu", g->tg_bytes, name,
-             (long long)N, g->tg_limit);
+             n, g->tg_limit);
     unsigned char* data = (unsigned char*)std::malloc(bytes ? bytes : 1);
     std::memset(data, 0xff, bytes);  // poison: NaN for floats, -1 for integers
-    Shadow* sh = (Shadow*)std::calloc(size_t(N) ? size_t(N) : 1, sizeof(Shadow));
+    Shadow* sh = (Shadow*)std::calloc(size_t(n) ? size_t(n) : 1, sizeof(Shadow));
     g->allocs.push_back(TgAlloc{site, bytes, data, sh});
-    return tg_array<T, N>{(T*)data, sh, name};
+    a.data = (T*)data;
+    a.sh = sh;
+    return a;
 }
 
 // -- device memory ---------------------------------------------------------------------------
@@ -480,6 +535,74 @@ dev_ptr<U> dev_cast(const dev_ptr<T>& p) {
                       p.sh, p.sh_base + byte_off);
 }
 
+// -- atomics ---------------------------------------------------------------------------------
+// A thread's fiber switches only at a barrier or a SIMD-group function, and threadgroups run one
+// after another, so each atomic function below (a plain read-modify-write with no switch inside)
+// is atomic with respect to every other thread of the dispatch: std::atomic would add nothing.
+// Atomic accesses are not race-checked (racing is what they are for).
+template <class T> struct atomic_cell { T v; };  // no operators: only the atomic functions reach it
+
+// The element an atomic function acts on; `s` is its shadow in threadgroup memory (nullptr in a
+// device buffer, which the host initialized).
+template <class T> struct atomic_addr {
+    T* p;
+    Shadow* s;
+    const char* name;
+    long long idx, d1, d2;
+};
+
+// &counter[i] and &hist[i]: the element's address (its bounds were checked by the subscript).
+template <class T> atomic_addr<T> operator&(const dev_ref<atomic_cell<T>>& r) {
+    return {&r.p->v, nullptr, r.name, r.byte / (long long)sizeof(T), 0, 0};
+}
+template <class T> atomic_addr<T> operator&(const tg_ref<atomic_cell<T>>& r) {
+    return {&r.p->v, r.s, r.name, r.idx, r.d1, r.d2};
+}
+// `counter` or `counter + i` (a pointer) and `hist` (an array) stand for their first element.
+template <class T> atomic_addr<T> atomic_at(const atomic_addr<T>& a) { return a; }
+template <class T> atomic_addr<T> atomic_at(const dev_ptr<atomic_cell<T>>& p) { return &p[0]; }
+template <class T> atomic_addr<T> atomic_at(const tg_ptr<atomic_cell<T>>& p) { return &p[0]; }
+template <class T, long long N>
+atomic_addr<T> atomic_at(const tg_array<atomic_cell<T>, N>& a) { return &a[0]; }
+
+// Before reading an atomic: threadgroup memory starts undefined, so it must have been stored to
+// (by atomic_store_explicit, then a threadgroup_barrier before the other threads' updates).
+template <class T> void atomic_read(const atomic_addr<T>& a, const char* fn) {
+    if (a.s != nullptr && !a.s->init)
+        fail("%s on threadgroup memory %s, which no thread stored to first (threadgroup memory "
+             "starts undefined: atomic_store_explicit it, then threadgroup_barrier, before "
+             "other threads update it)", fn, Label(a.name, a.idx, a.d1, a.d2).s);
+}
+template <class T> void atomic_wrote(const atomic_addr<T>& a) {
+    if (a.s != nullptr) a.s->init = 1;
+    me()->spins = 0;
+}
+
+// A thread that keeps reading an atomic nobody changes is waiting for another thread. Here that
+// other thread never runs (no switch inside a loop), and on a GPU threads have no forward-progress
+// guarantee either: after SPIN_LIMIT such reads in a row the dispatch fails instead of hanging.
+constexpr uint64_t SPIN_LIMIT = uint64_t(1) << 24;
+template <class T> void atomic_spun(const atomic_addr<T>& a, const char* fn) {
+    Thread* t = me();
+    t->spins = t->spin_at == (const void*)a.p ? t->spins + 1 : 1;
+    t->spin_at = a.p;
+    if (t->spins > SPIN_LIMIT)
+        fail("%s of %s returned the same value %llu times in a row: a spin-wait on another "
+             "thread, which the executor cannot run (a threadgroup's threads switch only at "
+             "barriers, threadgroups run one after another) and a GPU does not guarantee",
+             fn, Label(a.name, a.idx, a.d1, a.d2).s, (unsigned long long)SPIN_LIMIT);
+}
+
+// Integer atomic adds wrap around (computed unsigned: no signed overflow); float ones round.
+template <class T> T atomic_add(T a, T b, bool subtract) {
+    if constexpr (std::is_integral<T>::value) {
+        typedef typename std::make_unsigned<T>::type U;
+        return T(subtract ? U(a) - U(b) : U(a) + U(b));
+    } else {
+        return subtract ? a - b : a + b;
+    }
+}
+
 // -- collectives -----------------------------------------------------------------------------
 inline void arrive(int op, unsigned size, int64_t arg, CombineFn fn) {
     Thread* t = me();
@@ -497,6 +620,103 @@ template <class T> T poison() {
     return v;
 }
 
+}  // namespace porter_rt
+
+// ---------------------------------------------------------------------------------------------
+// fast:: math with the error Apple documents, not libm's. The bounds are the Metal Shading
+// Language Specification's, version 4 (2025-10-23; 4.1 has the same section 8.4): Table 8.2
+// "Accuracy of single-precision operations and functions with fast math enabled". Each function
+// returns the exact result (computed in double) moved by a deterministic fraction of its bound,
+// so a kernel that passes only with libm's precision fails here as it can on a Mac, and every
+// run gives the same bits. What the table states, and how it is applied:
+//   exp, exp2      <= 3 + floor(fabs(2 * x)) ulp
+//   log            x in [0.5, 2]: absolute error <= 2^-21; other x > 0: <= 3 ulp; x <= 0: undefined
+//   log2           x in [0.5, 2]: absolute error <= 2^-22; other x > 0: <= 2 ulp; x <= 0: undefined
+//   rsqrt          <= 2 ulp
+//   sqrt           "implemented as x * rsqrt(x) with special cases handled correctly"
+//   sin, cos       x in [-pi, pi]: absolute error <= 2^-13, "and larger otherwise" (no bound
+//                  given: the in-range bound is used everywhere, so outside it this is lenient)
+//   tanh           "implemented as (t - 1.0) / (t + 1.0), where t = exp(2.0 * x)", with the fast
+//                  exp and the fast division (x / y <= 2.5 ulp for y in [2^-126, 2^126]): NaN
+//                  once exp(2x) overflows (x > ~44), as the formula gives
+//   pow, powr      "implemented as exp2(y * log2(x))", undefined for x = 0 and y = 0
+// Undefined results are poison (NaN), as elsewhere in the executor.
+namespace porter_rt {
+namespace fm {
+
+enum Fn : uint32_t { F_EXP = 1, F_EXP2, F_LOG, F_LOG2, F_RSQRT, F_SIN, F_COS, F_DIV };
+
+// A number in [-1, 1) from the function and its argument bits (splitmix64's finalizer): the
+// same call always makes the same error, neighbouring inputs do not share one.
+inline double noise(Fn fn, float a, float b = 0.0f) {
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a, 4);
+    std::memcpy(&ub, &b, 4);
+    uint64_t h = ((uint64_t(ua) << 32) | ub) ^ (uint64_t(fn) * 0x9E3779B97F4A7C15ull);
+    h ^= h >> 30; h *= 0xBF58476D1CE4E5B9ull;
+    h ^= h >> 27; h *= 0x94D049BB133111EBull;
+    h ^= h >> 31;
+    return double(h >> 11) * 0x1p-52 - 1.0;
+}
+
+// One ulp of a float in the binade of r (the specification's definition, section 8.4).
+inline double ulp(double r) {
+    int e = r == 0.0 ? -126 : std::ilogb(r);
+    return std::ldexp(1.0, (e < -126 ? -126 : e) - 23);
+}
+
+// The exact r moved by u * k ulp, less the half ulp the rounding to float adds.
+inline float ulps(double r, double k, double u) {
+    if (r == 0.0 || !std::isfinite(r)) return float(r);
+    return float(r + u * (k - 0.5) * ulp(r));
+}
+inline float absolute(double r, double err, double u) {
+    if (!std::isfinite(r)) return float(r);
+    return float(r + u * (err - 0.5 * ulp(r)));
+}
+
+inline float exp(float x) {
+    return ulps(std::exp(double(x)), 3.0 + std::floor(std::fabs(2.0 * x)), noise(F_EXP, x));
+}
+inline float exp2(float x) {
+    return ulps(std::exp2(double(x)), 3.0 + std::floor(std::fabs(2.0 * x)), noise(F_EXP2, x));
+}
+inline float log(float x) {
+    if (!(x > 0.0f)) return poison<float>();
+    double r = std::log(double(x));
+    return x >= 0.5f && x <= 2.0f ? absolute(r, 0x1p-21, noise(F_LOG, x))
+                                  : ulps(r, 3.0, noise(F_LOG, x));
+}
+// log2 for pow, where x = 0 is defined (-inf, so pow(0, y > 0) = 0) and x < 0 gives NaN
+inline float log2_of(float x) {
+    if (!(x > 0.0f) || std::isinf(x)) return std::log2(x);
+    double r = std::log2(double(x));
+    return x >= 0.5f && x <= 2.0f ? absolute(r, 0x1p-22, noise(F_LOG2, x))
+                                  : ulps(r, 2.0, noise(F_LOG2, x));
+}
+inline float log2(float x) { return x > 0.0f ? log2_of(x) : poison<float>(); }
+inline float rsqrt(float x) { return ulps(1.0 / std::sqrt(double(x)), 2.0, noise(F_RSQRT, x)); }
+inline float sqrt(float x) {
+    if (!(x > 0.0f) || std::isinf(x)) return std::sqrt(x);  // 0, -0, inf, negative, NaN
+    return x * rsqrt(x);
+}
+inline float sin(float x) { return absolute(std::sin(double(x)), 0x1p-13, noise(F_SIN, x)); }
+inline float cos(float x) { return absolute(std::cos(double(x)), 0x1p-13, noise(F_COS, x)); }
+inline float divide(float a, float b) {
+    float m = std::fabs(b);
+    if (!(m >= 0x1p-126f && m <= 0x1p126f)) return a / b;  // no bound stated outside
+    return ulps(double(a) / double(b), 2.5, noise(F_DIV, a, b));
+}
+inline float tanh(float x) {
+    float t = exp(2.0f * x);
+    return divide(t - 1.0f, t + 1.0f);
+}
+inline float pow(float x, float y) {
+    if (x == 0.0f && y == 0.0f) return poison<float>();
+    return exp2(y * log2_of(x));
+}
+
+}  // namespace fm
 }  // namespace porter_rt
 
 // ---------------------------------------------------------------------------------------------
@@ -628,10 +848,31 @@ template <class T, class U> T as_type(const U& u) {
 }
 namespace precise { using metal::exp; using metal::log; using metal::tanh; using metal::sqrt;
                     using metal::rsqrt; using metal::exp2; using metal::log2; using metal::pow;
-                    using metal::sin; using metal::cos; }
-namespace fast { using metal::exp; using metal::log; using metal::tanh; using metal::sqrt;
-                 using metal::rsqrt; using metal::exp2; using metal::log2; using metal::pow;
-                 using metal::sin; using metal::cos; }
+                    using metal::powr; using metal::sin; using metal::cos; }
+// fast:: for float: libm's result moved by up to the error Apple allows (porter_rt::fm); half and
+// bfloat have one variant in Metal (Table 8.3 of the specification), computed as above.
+namespace fast {
+#define PORTER_FAST(NAME)                                                                     \
+    inline float NAME(float x) { return porter_rt::fm::NAME(x); }                             \
+    inline half NAME(half x) { return metal::NAME(x); }                                       \
+    inline bfloat NAME(bfloat x) { return metal::NAME(x); }                                   \
+    template <class T, int N> vec<T, N> NAME(const vec<T, N>& v) {                            \
+        vec<T, N> r; for (int i = 0; i < N; ++i) r[i] = fast::NAME(v[i]); return r; }
+PORTER_FAST(exp)
+PORTER_FAST(exp2)
+PORTER_FAST(log)
+PORTER_FAST(log2)
+PORTER_FAST(sqrt)
+PORTER_FAST(rsqrt)
+PORTER_FAST(tanh)
+PORTER_FAST(sin)
+PORTER_FAST(cos)
+#undef PORTER_FAST
+inline float pow(float x, float y) { return porter_rt::fm::pow(x, y); }
+inline float powr(float x, float y) { return porter_rt::fm::pow(x, y); }
+inline half pow(half x, half y) { return metal::pow(x, y); }
+inline half powr(half x, half y) { return metal::powr(x, y); }
+}  // namespace fast
 
 // -- synchronisation -------------------------------------------------------------------------
 inline void threadgroup_barrier(mem_flags) {
@@ -639,6 +880,75 @@ inline void threadgroup_barrier(mem_flags) {
     t->st = porter_rt::AT_BARRIER;
     porter_rt::yield_to_scheduler();
 }
+
+// -- atomic functions ------------------------------------------------------------------------
+// atomic_int, atomic_uint and atomic_float in device and threadgroup memory, through the
+// atomic_*_explicit functions with memory_order_relaxed: the only order Metal's atomic functions
+// take (the translator refuses the others, naming them, before this is compiled).
+enum memory_order { memory_order_relaxed };
+template <class T> using atomic = porter_rt::atomic_cell<T>;
+typedef atomic<int> atomic_int;
+typedef atomic<uint> atomic_uint;
+typedef atomic<float> atomic_float;
+
+template <class P, class U> void atomic_store_explicit(const P& obj, U desired, memory_order) {
+    auto a = porter_rt::atomic_at(obj);
+    *a.p = decltype(+*a.p)(desired);
+    porter_rt::atomic_wrote(a);
+}
+template <class P> auto atomic_load_explicit(const P& obj, memory_order) {
+    auto a = porter_rt::atomic_at(obj);
+    porter_rt::atomic_read(a, "atomic_load_explicit");
+    porter_rt::atomic_spun(a, "atomic_load_explicit");
+    return *a.p;
+}
+template <class P, class U> auto atomic_exchange_explicit(const P& obj, U desired, memory_order) {
+    auto a = porter_rt::atomic_at(obj);
+    porter_rt::atomic_read(a, "atomic_exchange_explicit");
+    auto old = *a.p;
+    *a.p = decltype(old)(desired);
+    porter_rt::atomic_wrote(a);
+    return old;
+}
+// Compares the bytes, as Metal does; never fails spuriously here (a "weak" one may on a GPU).
+template <class P, class T, class U>
+bool atomic_compare_exchange_weak_explicit(const P& obj, T* expected, U desired, memory_order,
+                                           memory_order) {
+    auto a = porter_rt::atomic_at(obj);
+    static_assert(std::is_same<T, typename std::remove_reference<decltype(*a.p)>::type>::value,
+                  "atomic_compare_exchange_weak_explicit: `expected` must point to the atomic's "
+                  "value type");
+    porter_rt::atomic_read(a, "atomic_compare_exchange_weak_explicit");
+    if (std::memcmp(a.p, expected, sizeof(T)) == 0) {
+        *a.p = T(desired);
+        porter_rt::atomic_wrote(a);
+        return true;
+    }
+    *expected = *a.p;
+    porter_rt::atomic_spun(a, "atomic_compare_exchange_weak_explicit");
+    return false;
+}
+
+#define PORTER_ATOMIC_RMW(NAME, NEW, INT_ONLY)                                                   \
+    template <class P, class U> auto NAME(const P& obj, U operand, memory_order) {               \
+        auto a = porter_rt::atomic_at(obj);                                                      \
+        typedef decltype(+*a.p) T;                                                               \
+        static_assert(!INT_ONLY || std::is_integral<T>::value,                                   \
+                      #NAME ": Metal has it for atomic_int and atomic_uint, not atomic_float");  \
+        porter_rt::atomic_read(a, #NAME);                                                        \
+        const T old = *a.p, v = T(operand);                                                      \
+        *a.p = T(NEW);                                                                           \
+        porter_rt::atomic_wrote(a);                                                              \
+        return old;                                                                              \
+    }
+PORTER_ATOMIC_RMW(atomic_fetch_add_explicit, porter_rt::atomic_add(old, v, false), false)
+PORTER_ATOMIC_RMW(atomic_fetch_sub_explicit, porter_rt::atomic_add(old, v, true), false)
+PORTER_ATOMIC_RMW(atomic_fetch_min_explicit, old < v ? old : v, true)
+PORTER_ATOMIC_RMW(atomic_fetch_max_explicit, old > v ? old : v, true)
+PORTER_ATOMIC_RMW(atomic_fetch_and_explicit, old & v, true)
+PORTER_ATOMIC_RMW(atomic_fetch_or_explicit, old | v, true)
+PORTER_ATOMIC_RMW(atomic_fetch_xor_explicit, old ^ v, true)
+#undef PORTER_ATOMIC_RMW
 
 // -- SIMD-group functions --------------------------------------------------------------------
 namespace detail {
@@ -900,10 +1210,11 @@ inline bool judge_pending(Group& g, const char* when) {
     if (g.pending.empty()) return false;
     const Pending& p = g.pending[0];
     std::snprintf(g.err, sizeof g.err,
-                  "threadgroup (%u,%u,%u): thread %u read threadgroup memory %s[%lld] but no "
+                  "threadgroup (%u,%u,%u): thread %u read threadgroup memory %s but no "
                   "thread wrote it before %s (uninitialized: fewer threads than the kernel "
                   "assumes, or a missing write)",
-                  g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], p.reader, p.name, p.idx, when);
+                  g.tg_pos[0], g.tg_pos[1], g.tg_pos[2], p.reader,
+                  Label(p.name, p.idx, p.d1, p.d2).s, when);
     return true;
 }
 
@@ -930,6 +1241,8 @@ inline int run_group(Group& g) {
         t.pos[2] = i / (g.tpt[0] * g.tpt[1]);
         t.st = RUNNABLE;
         init_ctx(&t.ctx, stacks.stack(i), STACK_BYTES, fiber_main);
+        t.spins = 0;
+        t.spin_at = nullptr;
     }
     g.epoch = 1;
     g.sepoch.assign(nsg, 1);
@@ -1110,5 +1423,5 @@ template <class U> struct attr_as<metal::vec<U, 3>> {
 #define thread
 #define constant const
 #define kernel
-#define PORTER_TG(T, NAME, N, SITE) \
-    auto NAME = porter_rt::tg_decl<T, (long long)(N)>(SITE, #NAME)
+#define PORTER_TG(T, NAME, SITE, ...) \
+    auto NAME = porter_rt::tg_decl<T, __VA_ARGS__>(SITE, #NAME)

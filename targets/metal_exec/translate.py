@@ -8,12 +8,18 @@ What changes, and why:
   it once per thread (a fiber) with the buffers and that thread's positions;
 - `device T*` / `constant T*` become bounds-checked `porter_rt::dev_ptr<T>`, a cast
   `(device const float4*)(p)` becomes `porter_rt::dev_cast<const float4>(p)` (alignment-checked);
-- `threadgroup T name[N];` becomes one allocation shared by the threadgroup's threads
-  (`PORTER_TG`), bounds- and race-checked; `threadgroup T*` becomes `porter_rt::tg_ptr<T>`;
+- `threadgroup T name[N];` (and `[N][M]`, `[N][M][K]`) becomes one allocation shared by the
+  threadgroup's threads (`PORTER_TG`), each index bounds-checked against its own dimension and every
+  element race-checked; a scalar `threadgroup T name;` is a one-element array's element;
+  `threadgroup T*` becomes `porter_rt::tg_ptr<T>`;
+- `atomic_int` / `atomic_uint` / `atomic_float` objects are reached only through the
+  `atomic_*_explicit` functions with `memory_order_relaxed`; anything else is refused here, naming
+  the line (`refused`);
 - any other `[[...]]` attribute (e.g. `max_total_threads_per_threadgroup(N)`) is dropped after its
   value is recorded.
 
-Comments are removed first, so nothing in them is taken for code.
+Comments are removed first, so nothing in them is taken for code, and line numbers are kept (a
+kernel's signature keeps its line breaks), so a build error's line is the Metal source's.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ _KERNEL_RE = re.compile(r"(?:\[\[[^\]]*\]\]\s*)*\bkernel\s+void\s+([A-Za-z_]\w*)
 _MAX_THREADS_RE = re.compile(r"max_total_threads_per_threadgroup\s*\(\s*(\d+)\s*\)")
 _TG_DECL_RE = re.compile(
     rf"\bthreadgroup\s+({_TYPE})\s+([A-Za-z_]\w*)\s*((?:\[[^\]]+\]\s*)+);")
+_TG_SCALAR_RE = re.compile(rf"\bthreadgroup\s+({_TYPE})\s+([A-Za-z_]\w*)\s*;")
 _DEV_CAST_RE = re.compile(
     rf"\(\s*(const\s+)?(device|constant)\s+(const\s+)?({_TYPE})\s*\*\s*\)\s*(\(|[A-Za-z_]\w*)")
 _DEV_PTR_RE = re.compile(rf"(const\s+)?\b(device|constant)\s+(const\s+)?({_TYPE})\s*\*")
@@ -69,10 +76,67 @@ REFUSED = (
     (re.compile(r"\bgoto\b"), "goto (not in Metal)"),
     (re.compile(r"\b(?:dynamic_cast|typeid)\b"), "RTTI (not in Metal)"),
     (re.compile(r"\bthread_local\b"), "thread_local (not in Metal)"),
+    # The specification's atomic functions take memory_order_relaxed only.
+    (re.compile(r"\bmemory_order_(?:seq_cst|acq_rel|acquire|release|consume)\b"),
+     "{0} (Metal's atomic functions take only memory_order_relaxed)"),
 )
 _FUNC_DEF_RE = re.compile(r"\b([A-Za-z_]\w*)\s*\([^;{}()]*(?:\([^()]*\)[^;{}()]*)*\)\s*"
                           r"(?:const\s*)?\{")
 _NOT_FUNCS = frozenset({"if", "for", "while", "switch", "return", "sizeof"})
+
+
+# An atomic object: a pointer parameter or variable, or a threadgroup array or scalar.
+_ATOMIC_DECL_RE = re.compile(
+    r"\b(?:device|threadgroup)\s+(atomic_(?:int|uint|float|bool|long|ulong))\s*(\*?)\s*"
+    r"([A-Za-z_]\w*)")
+
+
+def _line(src: str, at: int) -> int:
+    return src.count("\n", 0, at) + 1
+
+
+def _block_end(src: str, at: int) -> int:
+    """The index of the `}` closing the block that `at` is in (the end when there is none)."""
+    depth = 0
+    for i in range(at, len(src)):
+        if src[i] == "{":
+            depth += 1
+        elif src[i] == "}":
+            depth -= 1
+            if depth < 0:
+                return i
+    return len(src)
+
+
+def _misused_atomic(src: str) -> str | None:
+    """An atomic used as a plain value (`counter[0] += 1`, `int v = hist[i];`, `*p`): in Metal
+    an atomic is reached only through the atomic_*_explicit functions, which take its address
+    (`&counter[0]`, `counter + i`, `&hist[i]`, `&total`)."""
+    for decl in _ATOMIC_DECL_RE.finditer(src):
+        type_name, pointer, name = decl.groups()
+        after = _ATTR_RE.sub("", src[decl.end():decl.end() + 200]).lstrip()
+        if after[:1] in (",", ")"):  # a parameter: its scope is the function's body
+            start = src.index("{", decl.end()) + 1
+        else:  # a local: the rest of its block
+            start = decl.end()
+        scope = src[start:_block_end(src, start)]
+        if pointer:  # an element (`p[i]`, `*p`) must be under `&`, the pointer itself is free
+            use = rf"(&\s*)?(?:\b{name}\s*\[|\*\s*{name}\b)"
+        elif src[decl.end():].lstrip().startswith("["):  # an array: likewise its elements
+            use = rf"(&\s*)?\b{name}\s*\["
+        else:  # a scalar
+            use = rf"(&\s*)?\b{name}\b"
+        for m in re.finditer(use, scope):
+            if m.group(1) is None:
+                end = m.end()
+                if scope[end - 1] == "[":  # the element with its subscript
+                    close = _matching(scope, end - 1, "[", "]")
+                    end = close + 1 if close >= 0 else len(scope)
+                return (f"line {_line(src, start + m.start())}: {scope[m.start():end]} used as "
+                        f"a plain value ({name} is an {type_name}: an atomic is reached only "
+                        "through the atomic_*_explicit functions, by its address, e.g. "
+                        f"atomic_fetch_add_explicit(&{name}[i], v, memory_order_relaxed))")
+    return None
 
 
 def refused(source: str) -> str | None:
@@ -82,7 +146,9 @@ def refused(source: str) -> str | None:
     for pattern, what in REFUSED:
         m = pattern.search(src)
         if m:
-            return f"line {src.count(chr(10), 0, m.start()) + 1}: {what}"
+            return f"line {_line(src, m.start())}: {what.format(m.group(0))}"
+    if (why := _misused_atomic(src)) is not None:
+        return why
     for m in _FUNC_DEF_RE.finditer(src):
         name = m.group(1)
         if name in _NOT_FUNCS:
@@ -90,8 +156,7 @@ def refused(source: str) -> str | None:
         body_end = _matching(src, m.end() - 1, "{", "}")
         body_end = len(src) if body_end < 0 else body_end
         if re.search(rf"\b{re.escape(name)}\s*\(", src[m.end():body_end]):
-            line = src.count("\n", 0, m.start()) + 1
-            return f"line {line}: {name} calls itself (Metal has no recursion)"
+            return f"line {_line(src, m.start())}: {name} calls itself (Metal has no recursion)"
     return None
 
 
@@ -265,7 +330,9 @@ def translate(source: str, header: str = "metal_stdlib.h") -> Translation:
             decls.append(d)
         kernels.append(KernelSig(name, tuple(params), int(limit.group(1)) if limit else None))
         out.append(src[pos:match.start()])
-        out.append(f"static void {name}(" + ", ".join(decls) + ")")
+        # the signature on one line, then its line breaks: later lines keep their numbers
+        out.append(f"static void {name}(" + ", ".join(decls) + ")"
+                   + "\n" * src.count("\n", match.start(), close_at))
         pos = close_at + 1
     out.append(src[pos:])
     body = "".join(out)
@@ -273,13 +340,20 @@ def translate(source: str, header: str = "metal_stdlib.h") -> Translation:
 
     def tg_decl(m: re.Match[str]) -> str:
         dims = re.findall(r"\[([^\]]+)\]", m.group(3))
-        size = " * ".join(f"({d.strip()})" for d in dims)
-        if len(dims) != 1:
-            raise TranslateError(f"threadgroup {m.group(1)} {m.group(2)}{m.group(3)}: only "
-                                 "one-dimensional threadgroup arrays are supported")
-        return f"PORTER_TG({m.group(1)}, {m.group(2)}, {size}, {next(site)});"
+        if len(dims) > 3:
+            raise TranslateError(f"threadgroup {m.group(1)} {m.group(2)}{m.group(3)}: the "
+                                 "executor takes threadgroup arrays of one to three dimensions")
+        sizes = ", ".join(f"({d.strip()})" for d in dims)
+        return f"PORTER_TG({m.group(1)}, {m.group(2)}, {next(site)}, {sizes});"
+
+    def tg_scalar(m: re.Match[str]) -> str:
+        # one element of a one-element array: checked like any other
+        array = f"porter_tg_{m.group(2)}"
+        return (f"PORTER_TG({m.group(1)}, {array}, {next(site)}, 1); "
+                f"auto {m.group(2)} = {array}[0];")
 
     body = _TG_DECL_RE.sub(tg_decl, body)
+    body = _TG_SCALAR_RE.sub(tg_scalar, body)
     body = _rewrite_pointers(body)
     body = _ATTR_RE.sub("", body)
     leftover = re.search(r"\bthreadgroup\s+\w+\s+\w+\s*\[", body)

@@ -179,7 +179,11 @@ def test_translation_reads_the_signature() -> None:
     assert [p.attr for p in sig.params if p.kind == "attr"] == [
         "threadgroup_position_in_grid", "thread_position_in_threadgroup",
         "thread_index_in_simdgroup", "simdgroup_index_in_threadgroup", "threads_per_threadgroup"]
-    assert "porter_rt::dev_ptr<const float>" in tr.cpp and "PORTER_TG(float, part, (32)" in tr.cpp
+    assert "porter_rt::dev_ptr<const float>" in tr.cpp
+    assert "PORTER_TG(float, part, 1, (32))" in tr.cpp
+    # the signature is one C++ line, padded with its line breaks: later lines keep their numbers
+    barrier = "    threadgroup_barrier(mem_flags::mem_threadgroup);"
+    assert tr.cpp.splitlines().index(barrier) == SOURCE.splitlines().index(barrier)
 
 
 @pytest.mark.parametrize("threads,n", [(32, 32), (96, 1000), (1024, 4097), (7, 7), (40, 3)],
@@ -488,3 +492,353 @@ def test_recursion_is_refused_and_comments_do_not_count() -> None:
         translate(src)
     fine = "// double, new, std::exp in a comment\n" + _OK_BODY.format("y[i] = 2.0f * y[i];")
     assert translate(fine).kernels[0].name == "k"
+
+
+
+def test_a_build_error_names_the_metal_line() -> None:
+    src = ("#include <metal_stdlib>\nusing namespace metal;\n"
+           "kernel void k(device float* y [[buffer(0)]],\n"
+           "              uint i [[thread_position_in_grid]])\n"
+           "{\n"
+           "    y[i] = undeclared_name;\n"
+           "}\n")
+    with pytest.raises(MetalExecError, match=r"kernel\.cpp:6:.*undeclared_name"):
+        MetalProgram(src)
+
+
+# -- atomics, multi-dimensional threadgroup arrays, fast:: math (issue 48) --------------------
+
+SOURCE_48 = r"""
+#include <metal_stdlib>
+using namespace metal;
+
+constant uint TILE = 8;
+
+// every thread adds into one float and one int counter, from several threadgroups
+kernel void atomic_sum(
+    device const float* x [[buffer(0)]],
+    device atomic_float* total [[buffer(1)]],
+    device atomic_int* count [[buffer(2)]],
+    device atomic_int* lo [[buffer(3)]],
+    device atomic_uint* hi [[buffer(4)]],
+    constant uint& n [[buffer(5)]],
+    uint gid [[thread_position_in_grid]])
+{
+    if (gid >= n) return;
+    atomic_fetch_add_explicit(total, x[gid], memory_order_relaxed);
+    atomic_fetch_add_explicit(&count[0], 1, memory_order_relaxed);
+    atomic_fetch_sub_explicit(count + 1, 2, memory_order_relaxed);
+    atomic_fetch_min_explicit(&lo[0], int(x[gid]), memory_order_relaxed);
+    atomic_fetch_max_explicit(&hi[0], uint(gid), memory_order_relaxed);
+}
+
+// a compare-exchange loop, and an exchange chain: each thread takes the previous holder's id
+kernel void atomic_cas(
+    device atomic_uint* counter [[buffer(0)]],
+    device atomic_int* slot [[buffer(1)]],
+    device int* prev [[buffer(2)]],
+    uint gid [[thread_position_in_grid]])
+{
+    uint old = atomic_load_explicit(counter, memory_order_relaxed);
+    while (!atomic_compare_exchange_weak_explicit(counter, &old, old + 3u, memory_order_relaxed,
+                                                  memory_order_relaxed)) {}
+    prev[gid] = atomic_exchange_explicit(&slot[0], int(gid), memory_order_relaxed);
+}
+
+// a histogram per threadgroup in threadgroup atomics (an array and a scalar)
+kernel void histogram(
+    device const uint* x [[buffer(0)]],
+    device uint* out [[buffer(1)]],
+    constant long& with_barrier [[buffer(2)]],
+    uint tg [[threadgroup_position_in_grid]],
+    uint tid [[thread_position_in_threadgroup]],
+    uint gid [[thread_position_in_grid]])
+{
+    threadgroup atomic_uint bins[8];
+    threadgroup atomic_int seen;
+    if (tid < 8) atomic_store_explicit(&bins[tid], 0u, memory_order_relaxed);
+    if (tid == 0) atomic_store_explicit(&seen, 0, memory_order_relaxed);
+    if (with_barrier) threadgroup_barrier(mem_flags::mem_threadgroup);
+    atomic_fetch_add_explicit(&bins[x[gid] % 8], 1u, memory_order_relaxed);
+    atomic_fetch_add_explicit(&seen, 1, memory_order_relaxed);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (tid < 8) out[tg * 9 + tid] = atomic_load_explicit(&bins[tid], memory_order_relaxed);
+    if (tid == 0) out[tg * 9 + 8] = uint(atomic_load_explicit(&seen, memory_order_relaxed));
+}
+
+// thread 0 sets a flag the others wait for: threads run highest index first, so they spin
+kernel void spin_wait(
+    device atomic_int* flag [[buffer(0)]],
+    device int* out [[buffer(1)]],
+    uint tid [[thread_position_in_threadgroup]])
+{
+    if (tid == 0) atomic_store_explicit(flag, 1, memory_order_relaxed);
+    else while (atomic_load_explicit(flag, memory_order_relaxed) == 0) {}
+    out[tid] = 1;
+}
+
+// a tiled transpose through a 2-D threadgroup tile (the extra column: the usual bank pad)
+kernel void transpose(
+    device const float* x [[buffer(0)]],
+    device float* y [[buffer(1)]],
+    constant uint& rows [[buffer(2)]],
+    constant uint& cols [[buffer(3)]],
+    constant long& with_barrier [[buffer(4)]],
+    uint2 tg [[threadgroup_position_in_grid]],
+    uint2 t [[thread_position_in_threadgroup]])
+{
+    threadgroup float tile[TILE][TILE + 1];
+    uint r = tg.y * TILE + t.y, c = tg.x * TILE + t.x;
+    if (r < rows && c < cols) tile[t.y][t.x] = x[r * cols + c];
+    if (with_barrier) threadgroup_barrier(mem_flags::mem_threadgroup);
+    uint orow = tg.x * TILE + t.y, ocol = tg.y * TILE + t.x;
+    if (orow < cols && ocol < rows) y[orow * rows + ocol] = tile[t.x][t.y];
+}
+
+kernel void tile_oob(
+    device float* out [[buffer(0)]],
+    uint2 t [[thread_position_in_threadgroup]])
+{
+    threadgroup float tile[4][8];
+    tile[t.y][t.x + 1] = 1.0f;  // one past its row for t.x == 7: tile[t.y + 1][0] on the GPU
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[t.y * 8 + t.x] = tile[t.y][t.x];
+}
+
+kernel void cube(
+    device float* out [[buffer(0)]],
+    uint3 t [[thread_position_in_threadgroup]])
+{
+    threadgroup float c[2][3][4];
+    c[t.z][t.y][t.x] = float(100 * t.z + 10 * t.y + t.x);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    out[(t.z * 3 + t.y) * 4 + t.x] = c[1 - t.z][2 - t.y][3 - t.x];
+}
+
+kernel void math_fns(
+    device const float* x [[buffer(0)]],
+    device float* out [[buffer(1)]],
+    constant uint& n [[buffer(2)]],
+    uint i [[thread_position_in_grid]])
+{
+    if (i >= n) return;
+    float v = x[i];
+    out[0 * n + i] = fast::exp(v);
+    out[1 * n + i] = fast::exp2(v);
+    out[2 * n + i] = fast::log(v);
+    out[3 * n + i] = fast::log2(v);
+    out[4 * n + i] = fast::rsqrt(v);
+    out[5 * n + i] = fast::sqrt(v);
+    out[6 * n + i] = fast::sin(v);
+    out[7 * n + i] = fast::cos(v);
+    out[8 * n + i] = fast::tanh(v);
+    out[9 * n + i] = fast::pow(v, 1.5f);
+    out[10 * n + i] = precise::exp(v);
+    out[11 * n + i] = exp(v);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def prog48() -> MetalProgram:
+    return MetalProgram(SOURCE_48)
+
+
+def test_atomic_adds_from_every_thread_give_the_exact_sum(prog48: MetalProgram) -> None:
+    n = 1000  # 8 threadgroups of 128, the last one partial: atomics across threadgroups too
+    x = torch.randint(-50, 50, (n,)).float()  # integers: the float sum is exact in any order
+    total, count = torch.zeros(1), torch.tensor([0, 5], dtype=torch.int32)
+    lo, hi = torch.tensor([1000], dtype=torch.int32), torch.zeros(1, dtype=torch.int32)
+    prog48.launch("atomic_sum", [x, total, count, lo, hi, n], threadgroups=(8,), threads=(128,))
+    assert total.item() == x.sum().item()
+    assert count.tolist() == [n, 5 - 2 * n]
+    assert lo.item() == int(x.min()) and hi.item() == n - 1
+
+
+def test_compare_exchange_and_exchange(prog48: MetalProgram) -> None:
+    counter, slot = torch.zeros(1, dtype=torch.int32), torch.tensor([-1], dtype=torch.int32)
+    prev = torch.full((256,), -7, dtype=torch.int32)
+    prog48.launch("atomic_cas", [counter, slot, prev], threadgroups=(4,), threads=(64,))
+    assert counter.item() == 3 * 256
+    # every exchange returned the id before it: the ids form one chain from -1 to the last
+    assert sorted(prev.tolist() + [slot.item()]) == list(range(-1, 256))
+
+
+def test_threadgroup_atomics_need_an_initializing_store_and_a_barrier(prog48) -> None:
+    x = torch.randint(0, 1000, (4 * 64,), dtype=torch.int32)
+    out = torch.zeros(4 * 9, dtype=torch.int32)
+    prog48.launch("histogram", [x, out, 1], threadgroups=(4,), threads=(64,))
+    want = torch.stack([torch.bincount(g % 8, minlength=8) for g in x.view(4, 64)])
+    assert torch.equal(out.view(4, 9)[:, :8], want.int()) and (out.view(4, 9)[:, 8] == 64).all()
+    # without the barrier, thread 63 (first to run) updates a bin thread 0 has not stored yet
+    with pytest.raises(MetalExecError, match=r"atomic_fetch_add_explicit on threadgroup memory "
+                                             r"bins\[\d\], which no thread stored to first"):
+        prog48.launch("histogram", [x, out, 0], threadgroups=(4,), threads=(64,))
+
+
+def test_a_spin_wait_on_another_thread_fails_instead_of_hanging(prog48) -> None:
+    flag, out = torch.zeros(1, dtype=torch.int32), torch.zeros(2, dtype=torch.int32)
+    prog48.launch("spin_wait", [flag, out], threadgroups=(1,), threads=(1,))
+    flag.zero_()
+    with pytest.raises(MetalExecError, match=r"atomic_load_explicit of flag\[0\] returned the "
+                                             r"same value \d+ times in a row: a spin-wait"):
+        prog48.launch("spin_wait", [flag, out], threadgroups=(1,), threads=(2,))
+
+
+_ATOMIC_BODY = ("kernel void k(device atomic_int* counter [[buffer(0)]], "
+                "device atomic_float* total [[buffer(1)]], device float* y [[buffer(2)]], "
+                "uint i [[thread_position_in_grid]]) {{ {} }}")
+
+
+@pytest.mark.parametrize(("code", "named"), [
+    ("counter[0] += 1;", r"line 1: counter\[0\] used as a plain value \(counter is an "
+                         r"atomic_int: an atomic is reached only through the atomic_\*_explicit"),
+    ("y[i] = float(counter[i]);", r"line 1: counter\[i\] used as a plain value"),
+    ("*counter = 0;", r"line 1: \*counter used as a plain value"),
+    ("threadgroup atomic_int n; y[i] = float(n == 0);",
+     r"line 1: n used as a plain value \(n is an atomic_int"),
+    ("atomic_fetch_add_explicit(total, 1.0f, memory_order_seq_cst);",
+     r"line 1: memory_order_seq_cst \(Metal's atomic functions take only memory_order_relaxed\)"),
+    ("atomic_store_explicit(&counter[i], 1, memory_order_release);",
+     "line 1: memory_order_release"),
+])
+def test_misused_atomics_are_refused_naming_them(code: str, named: str) -> None:
+    with pytest.raises(TranslateError, match=f"Metal does not accept {named}"):
+        translate(_ATOMIC_BODY.format(code))
+
+
+def test_atomic_use_through_the_functions_is_accepted() -> None:
+    ok = ("threadgroup atomic_int n; threadgroup atomic_uint h[4][4]; "
+          "atomic_store_explicit(&n, 0, memory_order_relaxed); "
+          "atomic_fetch_add_explicit(counter + i, 1, memory_order_relaxed); "
+          "atomic_fetch_or_explicit(&h[i % 4][0], 1u, memory_order_relaxed); "
+          "y[i] = atomic_load_explicit(total, memory_order_relaxed);")
+    assert translate(_ATOMIC_BODY.format(ok)).kernels[0].name == "k"
+
+
+def test_float_atomic_min_does_not_build() -> None:
+    # Metal has atomic_fetch_min/max (and the bitwise ones) for atomic_int and atomic_uint only
+    src = "#include <metal_stdlib>\nusing namespace metal;\n" + _ATOMIC_BODY.format(
+        "atomic_fetch_min_explicit(total, y[i], memory_order_relaxed);")
+    with pytest.raises(MetalExecError, match="atomic_fetch_min_explicit: Metal has it for "
+                                             "atomic_int and atomic_uint, not atomic_float"):
+        MetalProgram(src)
+
+
+@pytest.mark.parametrize("rows,cols", [(8, 8), (37, 50), (5, 70)])
+def test_tiled_transpose_through_a_2d_threadgroup_tile(prog48, rows: int, cols: int) -> None:
+    x = torch.randn(rows, cols)
+    y = torch.full((cols, rows), float("nan"))
+    grid = ((cols + 7) // 8, (rows + 7) // 8)
+    prog48.launch("transpose", [x, y, rows, cols, 1], threadgroups=grid, threads=(8, 8))
+    assert torch.equal(y, x.T.contiguous())
+
+
+def test_2d_tile_races_are_named_by_row_and_column(prog48: MetalProgram) -> None:
+    x, y = torch.randn(8, 8), torch.zeros(8, 8)
+    # thread 62 (x 6, y 7) reads tile[6][7] before thread 55 (x 7, y 6) writes it
+    with pytest.raises(MetalExecError, match=r"threadgroup memory tile\[6\]\[7\]: read by thread "
+                                             r"62 before thread 55 wrote it"):
+        prog48.launch("transpose", [x, y, 8, 8, 0], threadgroups=(1, 1), threads=(8, 8))
+
+
+def test_2d_index_past_its_row_is_out_of_bounds(prog48: MetalProgram) -> None:
+    # tile[1][8] of a float tile[4][8] is element 16 of 32, but not in row 1
+    with pytest.raises(MetalExecError, match=r"threadgroup array tile\[4\]\[8\] indexed at 8 in "
+                                             r"dimension 2: out of bounds"):
+        prog48.launch("tile_oob", [torch.zeros(32)], threadgroups=(1,), threads=(8, 2))
+
+
+def test_3d_threadgroup_array(prog48: MetalProgram) -> None:
+    out = torch.zeros(24)
+    prog48.launch("cube", [out], threadgroups=(1,), threads=(4, 3, 2))
+    z, y, x = torch.meshgrid(torch.arange(2), torch.arange(3), torch.arange(4), indexing="ij")
+    assert torch.equal(out, (100 * (1 - z) + 10 * (2 - y) + (3 - x)).flatten().float())
+
+
+def test_more_than_three_threadgroup_dims_are_refused() -> None:
+    with pytest.raises(TranslateError, match="one to three dimensions"):
+        translate(_OK_BODY.format("threadgroup float t[2][2][2][2]; y[i] = 0;"))
+
+
+# fast:: math: Metal Shading Language Specification 4, section 8.4, Table 8.2
+
+def _ulp(ref: torch.Tensor) -> torch.Tensor:
+    """One float ulp in the binade of each (float64) reference value."""
+    e = torch.floor(torch.log2(ref.abs().clamp_min(2.0 ** -126)))
+    return torch.exp2(e.clamp_min(-126) - 23)
+
+
+@pytest.fixture(scope="module")
+def fast_math(prog48: MetalProgram) -> tuple[torch.Tensor, torch.Tensor]:
+    x = torch.cat([torch.linspace(-10, 10, 2001), torch.logspace(-3, 1.5, 1000), torch.tensor(
+        [0.5, 2.0, 3.1415925, -3.1415925])])
+    n = x.numel()
+    out = torch.full((12, n), float("nan"))
+    prog48.launch("math_fns", [x, out, n], threadgroups=((n + 255) // 256,), threads=(256,))
+    return x, out
+
+
+def test_fast_exp_keeps_within_apples_bound_and_is_not_libm(fast_math) -> None:
+    x, out = fast_math
+    ref = torch.exp(x.double())
+    bound = 3 + torch.floor(torch.abs(2 * x.double()))  # Table 8.2: <= 3 + floor(fabs(2x)) ulp
+    for fn, exact in ((0, ref), (1, torch.exp2(x.double()))):
+        err = (out[fn].double() - exact).abs() / _ulp(exact)
+        assert (err <= bound).all() and err.max() > 3, (fn, err.max())
+    # precise:: and unqualified exp stay libm's (within an ulp)
+    for row in (10, 11):
+        assert ((out[row].double() - ref).abs() / _ulp(ref)).max() <= 1
+
+
+def test_a_kernel_that_needs_libm_precision_fails_with_fast_exp(fast_math) -> None:
+    x, out = fast_math
+    torch.testing.assert_close(out[10], torch.exp(x))  # precise::exp passes float32 tolerances
+    with pytest.raises(AssertionError):
+        torch.testing.assert_close(out[0], torch.exp(x))  # fast::exp does not, as on a Mac
+
+
+def test_fast_log_rsqrt_sqrt_sin_cos_bounds(fast_math) -> None:
+    x, out = fast_math
+    xd = x.double()
+    pos, near1 = x > 0, (x >= 0.5) & (x <= 2)
+    for row, exact, absolute, ulps in ((2, torch.log(xd), 2.0 ** -21, 3),
+                                       (3, torch.log2(xd), 2.0 ** -22, 2)):
+        err = (out[row].double() - exact).abs()
+        assert (err[near1] <= absolute).all() and err[near1].max() > absolute / 8
+        far = pos & ~near1
+        assert ((err / _ulp(exact))[far] <= ulps).all()
+        assert torch.isnan(out[row][~pos]).all()  # x <= 0: undefined, poison here
+    rsq = 1 / torch.sqrt(xd)
+    err = (out[4].double() - rsq).abs() / _ulp(rsq)
+    assert (err[pos] <= 2).all() and err[pos].max() > 1
+    # sqrt is "implemented as x * rsqrt(x)": exactly the float product of the two
+    assert torch.equal(out[5][pos], x[pos] * out[4][pos])
+    in_range = x.abs() <= 3.1415927
+    for row, exact in ((6, torch.sin(xd)), (7, torch.cos(xd))):
+        err = (out[row].double() - exact).abs()[in_range]
+        assert (err <= 2.0 ** -13).all() and err.max() > 2.0 ** -16
+
+
+def test_fast_tanh_and_pow_are_their_documented_formulas(prog48: MetalProgram) -> None:
+    x = torch.tensor([50.0, -50.0, 0.0, 0.5, -2.0, 4.0, float("inf")])
+    out = torch.zeros(12, 7)
+    prog48.launch("math_fns", [x, out, 7], threadgroups=(1,), threads=(32,))
+    tanh, pow_ = out[8], out[9]
+    # (t - 1) / (t + 1) with t = exp(2x): inf / inf once exp(100) overflows float; elsewhere
+    # the fast exp's and the fast division's errors (exp(0) may be 1 +- 3 ulp, so tanh(0) != 0)
+    assert torch.isnan(tanh[0]) and abs(tanh[1] + 1) <= 2.5 * 2 ** -23 and abs(tanh[2]) < 1e-6
+    torch.testing.assert_close(tanh[3:6], torch.tanh(x[3:6]), rtol=1e-5, atol=1e-6)
+    # exp2(y * log2(x)): a negative base has no log2
+    assert torch.isnan(pow_[4]) and pow_[2] == 0
+    torch.testing.assert_close(pow_[[3, 5]], x[[3, 5]] ** 1.5, rtol=1e-5, atol=0)
+    # sqrt's special cases "handled correctly": 0, a negative number, inf
+    assert out[5][2] == 0 and torch.isnan(out[5][4]) and out[5][6] == float("inf")
+
+
+def test_fast_math_is_reproducible(prog48: MetalProgram, fast_math) -> None:
+    x, out = fast_math
+    again = torch.full_like(out, float("nan"))
+    prog48.launch("math_fns", [x, again, x.numel()], threadgroups=((x.numel() + 255) // 256,),
+                  threads=(256,))
+    assert torch.equal(out.view(torch.int32), again.view(torch.int32))
